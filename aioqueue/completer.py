@@ -1,0 +1,183 @@
+"""Write the outcomes of finished jobs back to PostgreSQL, many per statement.
+
+Handlers hand their outcome to the completer without waiting (``succeeded``, ``failed``,
+``rescheduled``); its loop writes each kind with one statement for every buffered job, flushing
+when the buffer reaches ``batch_size`` or ``interval`` after the first outcome arrived, and
+always on shutdown. If a write fails (the connection dropped, the server restarted) the outcomes
+stay buffered and the write is retried with backoff; while they wait, the heartbeat keeps their
+leases, so nothing is lost. Every write is fenced by the claim (id, attempt).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+
+from .signal import Flag
+
+if TYPE_CHECKING:
+    from .app import Queue
+    from .job import Job
+    from .retry import Backoff
+
+logger = logging.getLogger("aioqueue.completer")
+
+
+@dataclasses.dataclass(slots=True)
+class _Failure:
+    job_id: int
+    attempt: int
+    error: str
+    delay: float | None
+    dead: bool
+    retry: Backoff
+
+
+@dataclasses.dataclass(slots=True)
+class _Batch:
+    done_ids: list[int] = dataclasses.field(default_factory=list)
+    done_attempts: list[int] = dataclasses.field(default_factory=list)
+    done_results: list[str | None] = dataclasses.field(default_factory=list)
+    failures: list[_Failure] = dataclasses.field(default_factory=list)
+    reschedules: list[tuple[int, int, float, str | None]] = dataclasses.field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.done_ids) + len(self.failures) + len(self.reschedules)
+
+    def job_ids(self) -> list[int]:
+        return [*self.done_ids, *(f.job_id for f in self.failures), *(r[0] for r in self.reschedules)]
+
+
+class Completer:
+    """Buffers job outcomes and writes them in batches."""
+
+    def __init__(
+        self,
+        app: Queue,
+        *,
+        batch_size: int = 1000,
+        interval: float = 0.002,
+        on_written: Callable[[list[int]], None] = lambda ids: None,
+    ) -> None:
+        self.app = app
+        self.batch_size = batch_size
+        self.interval = interval
+        self.on_written = on_written
+        self._batch = _Batch()
+        self._ready = Flag()
+        self._idle = Flag()
+        self._idle.set()
+        self.dead_ids: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._batch)
+
+    # -- handing over outcomes (never blocks) -------------------------------------------------
+
+    def succeeded(self, job: Job, result: str | None) -> None:
+        """Record that ``job`` succeeded, with its JSON result (kept only if archived)."""
+        b = self._batch
+        b.done_ids.append(job.id)
+        b.done_attempts.append(job.attempt)
+        b.done_results.append(result)
+        self._arrived()
+
+    def failed(
+        self, job: Job, error: str, retry: Backoff, *, delay: float | None = None, dead: bool = False
+    ) -> None:
+        """Record a failed attempt: retried after ``delay`` (None: backoff) or dead."""
+        self._batch.failures.append(_Failure(job.id, job.attempt, error, delay, dead, retry))
+        self._arrived()
+
+    def rescheduled(self, job: Job, delay: float, note: str | None = None) -> None:
+        """Record that ``job`` goes back to pending after ``delay`` without spending an attempt."""
+        self._batch.reschedules.append((job.id, job.attempt, delay, note))
+        self._arrived()
+
+    def _arrived(self) -> None:
+        self._idle.clear()
+        self._ready.set()
+
+    # -- writing -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Flush buffered outcomes until cancelled; retry failed writes with backoff."""
+        failures = 0
+        while True:
+            await self._ready.wait()
+            if len(self._batch) < self.batch_size and self.interval > 0:
+                # Let a burst of outcomes gather into one statement.
+                await anyio.sleep(self.interval)
+            try:
+                await self.flush()
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                delay = min(5.0, 0.05 * 2**failures)
+                logger.warning(
+                    "writing %d job outcomes failed (%s: %s); retrying in %.2fs",
+                    len(self._batch), type(exc).__name__, exc, delay,
+                )
+                await anyio.sleep(delay)
+
+    async def flush(self) -> None:
+        """Write everything buffered now; on failure the outcomes stay buffered."""
+        while len(self._batch):
+            batch, self._batch = self._batch, _Batch()
+            self._ready.clear()
+            ids = batch.job_ids()
+            try:
+                await self._write(batch)
+            except BaseException:
+                self._merge_back(batch)
+                raise
+            self.on_written(ids)
+        self._idle.set()
+
+    async def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is buffered; return whether that happened within ``timeout``."""
+        return await self._idle.wait(timeout)
+
+    def _merge_back(self, batch: _Batch) -> None:
+        new = self._batch
+        self._batch = batch
+        batch.done_ids += new.done_ids
+        batch.done_attempts += new.done_attempts
+        batch.done_results += new.done_results
+        batch.failures += new.failures
+        batch.reschedules += new.reschedules
+        if len(batch):
+            self._ready.set()
+
+    async def _write(self, batch: _Batch) -> None:
+        q = self.app.queries
+        async with self.app.connection() as conn:
+            if batch.done_ids:
+                await conn.execute(q.complete, batch.done_ids, batch.done_attempts, batch.done_results)
+                batch.done_ids, batch.done_attempts, batch.done_results = [], [], []
+            if batch.failures:
+                f = batch.failures
+                rows = await conn.fetch(
+                    q.fail,
+                    [x.job_id for x in f],
+                    [x.attempt for x in f],
+                    [x.error for x in f],
+                    [x.delay for x in f],
+                    [x.dead for x in f],
+                    [x.retry.base for x in f],
+                    [x.retry.factor for x in f],
+                    [x.retry.max_delay for x in f],
+                    [x.retry.jitter for x in f],
+                )
+                self.dead_ids.extend(r["id"] for r in rows if r["status"] == "dead")
+                batch.failures = []
+            if batch.reschedules:
+                r = batch.reschedules
+                await conn.execute(
+                    q.reschedule, [x[0] for x in r], [x[1] for x in r], [x[2] for x in r], [x[3] for x in r]
+                )
+                batch.reschedules = []

@@ -1,0 +1,170 @@
+"""Run one claimed job's handler and turn what happened into an outcome for the completer.
+
+The executor holds no connection and no transaction while a handler runs. It applies the
+task's timeout, maps the handler's return or exception to succeeded / retry / dead /
+rescheduled, and records an outcome even when the handler is cancelled (shutdown, a lost
+lease, a cancel request), so a cancellation never skips the bookkeeping. It never writes to the
+database itself.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+import traceback
+from typing import TYPE_CHECKING
+
+import anyio
+
+from . import payload
+from .errors import Abort, Retry, Snooze
+from .job import Job, _current
+from .retry import Backoff
+
+if TYPE_CHECKING:
+    from .app import Queue
+    from .completer import Completer
+
+logger = logging.getLogger("aioqueue.worker")
+
+_MAX_ERROR_CHARS = 8000
+
+
+class Interrupt(enum.Enum):
+    """Why the worker cancelled a running handler."""
+
+    SHUTDOWN = "the worker shut down before the handler finished"
+    LEASE_LOST = "the worker lost the job's lease (it was reaped and may run elsewhere)"
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` plus the innermost frames of the traceback, bounded in size."""
+    head = f"{type(exc).__name__}: {exc}"
+    frames = traceback.format_tb(exc.__traceback__)[-5:]
+    text = head + ("\n" + "".join(frames) if frames else "")
+    return text[:_MAX_ERROR_CHARS]
+
+
+class Executor:
+    """Runs handlers for one worker and keeps the cancel scope of each running job."""
+
+    def __init__(self, app: Queue, completer: Completer, counts: dict[str, int]) -> None:
+        self.app = app
+        self.completer = completer
+        self.counts = counts
+        self.running: dict[int, tuple[anyio.CancelScope, list[Interrupt]]] = {}
+
+    def interrupt(self, job_id: int, reason: Interrupt) -> bool:
+        """Cancel the running handler of ``job_id``; return whether one was running."""
+        entry = self.running.get(job_id)
+        if entry is None:
+            return False
+        scope, reasons = entry
+        reasons.append(reason)
+        scope.cancel()
+        return True
+
+    def interrupt_all(self, reason: Interrupt) -> int:
+        """Cancel every running handler; return how many."""
+        return sum(self.interrupt(job_id, reason) for job_id in list(self.running))
+
+    async def execute(self, job: Job) -> None:
+        """Run ``job``'s handler to an outcome and hand that outcome to the completer."""
+        task = self.app.tasks.get(job.task)
+        if task is None:
+            self._count("dead")
+            self.completer.failed(
+                job,
+                f"UnknownTask: no task named {job.task!r} is registered on this worker "
+                f"(known: {', '.join(sorted(self.app.tasks)) or 'none'})",
+                Backoff(),
+                dead=True,
+            )
+            logger.error("job %d: unknown task %r, marked dead", job.id, job.task, extra=_fields(job))
+            return
+
+        scope = anyio.CancelScope()
+        reasons: list[Interrupt] = []
+        self.running[job.id] = (scope, reasons)
+        token = _current.set(job)
+        started = time.perf_counter()
+        timed_out = False
+        try:
+            with scope:
+                if task.timeout is None:
+                    result = await task.fn(**job.args)
+                else:
+                    with anyio.move_on_after(task.timeout) as deadline:
+                        result = await task.fn(**job.args)
+                    timed_out = deadline.cancelled_caught
+        except Retry as exc:
+            self._failed(job, task.retry, f"Retry: {exc.reason or 'handler asked for a retry'}", delay=exc.delay)
+        except Abort as exc:
+            self._failed(job, task.retry, f"Abort: {exc.reason}", dead=True)
+        except Snooze as exc:
+            self._count("snoozed")
+            self.completer.rescheduled(job, exc.delay)
+        except anyio.get_cancelled_exc_class():
+            # The worker itself is being cancelled: record the interruption, then let it unwind.
+            self._count("interrupted")
+            self.completer.rescheduled(job, 0.0, f"Interrupted: {Interrupt.SHUTDOWN.value}")
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a handler's error must never stop the worker
+            self._failed(job, task.retry, describe_error(exc))
+        else:
+            if scope.cancelled_caught:
+                self._interrupted(job, reasons)
+            elif timed_out:
+                self._failed(
+                    job, task.retry, f"TimeoutError: handler exceeded its timeout of {task.timeout}s"
+                )
+            else:
+                self._count("succeeded")
+                self.completer.succeeded(job, payload.encode_result(result) if task.archive else None)
+                if logger.isEnabledFor(logging.DEBUG):
+                    logger.debug(
+                        "job %d succeeded", job.id,
+                        extra=_fields(job, time.perf_counter() - started),
+                    )
+        finally:
+            del self.running[job.id]
+            _current.reset(token)
+
+    def _interrupted(self, job: Job, reasons: list[Interrupt]) -> None:
+        self._count("interrupted")
+        reason = reasons[0] if reasons else Interrupt.SHUTDOWN
+        if reason is Interrupt.LEASE_LOST:
+            # The job is no longer ours: any write would be fenced out. Just stop.
+            logger.warning("job %d: %s", job.id, reason.value, extra=_fields(job))
+            return
+        self.completer.rescheduled(job, 0.0, f"Interrupted: {reason.value}")
+        logger.warning("job %d interrupted: %s; back to pending", job.id, reason.value, extra=_fields(job))
+
+    def _failed(
+        self, job: Job, retry: Backoff, error: str, *, delay: float | None = None, dead: bool = False
+    ) -> None:
+        final = dead or job.attempt >= job.max_attempts
+        self._count("dead" if final else "retried")
+        self.completer.failed(job, error, retry, delay=delay, dead=dead)
+        logger.warning(
+            "job %d attempt %d/%d failed%s: %s",
+            job.id, job.attempt, job.max_attempts, " (dead)" if final else "",
+            error.splitlines()[0], extra=_fields(job),
+        )
+
+    def _count(self, key: str) -> None:
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+
+def _fields(job: Job, duration: float | None = None) -> dict[str, object]:
+    """Structured log fields for a job."""
+    fields: dict[str, object] = {
+        "job_id": job.id,
+        "task": job.task,
+        "queue": job.queue,
+        "attempt": job.attempt,
+    }
+    if duration is not None:
+        fields["duration"] = duration
+    return fields

@@ -1,0 +1,107 @@
+"""What a job is, as a worker holds it and as an operator sees it.
+
+``Job`` is a claimed job inside a worker; ``current_job()`` gives the running handler its own.
+``JobInfo`` is the read-only view returned by the admin calls (``Queue.get_job`` and friends).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import datetime
+import json
+from typing import Any
+
+import asyncpg
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Job:
+    """A job a worker has claimed: its identity, its arguments and its claim.
+
+    ``(id, attempt)`` identifies the claim: every write that finishes the job is fenced by it.
+    """
+
+    id: int
+    queue: str
+    task: str
+    args: dict[str, Any]
+    priority: int
+    attempt: int
+    max_attempts: int
+    run_at: datetime.datetime
+    created_at: datetime.datetime
+
+    @classmethod
+    def from_record(cls, row: asyncpg.Record) -> Job:
+        """Build a claimed job from a row returned by the ``claim`` query."""
+        return cls(
+            id=row["id"],
+            queue=row["queue"],
+            task=row["task"],
+            args=json.loads(row["args"]),
+            priority=row["priority"],
+            attempt=row["attempts"],
+            max_attempts=row["max_attempts"],
+            run_at=row["run_at"],
+            created_at=row["created_at"],
+        )
+
+
+_current: contextvars.ContextVar[Job] = contextvars.ContextVar("aioqueue_current_job")
+
+
+def current_job() -> Job:
+    """Return the job whose handler is running in this context.
+
+    Raises ``LookupError`` outside a handler.
+    """
+    return _current.get()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A job as stored: live (pending, running, dead) or archived (succeeded, cancelled)."""
+
+    id: int
+    queue: str
+    task: str
+    args: dict[str, Any]
+    status: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    run_at: datetime.datetime
+    created_at: datetime.datetime
+    last_error: str | None
+    dedup_key: str | None
+    result: Any
+    finished_at: datetime.datetime | None
+
+    @classmethod
+    def from_record(cls, row: asyncpg.Record) -> JobInfo:
+        """Build from a row of ``get_job`` or ``list_dead``."""
+        return cls(
+            id=row["id"],
+            queue=row["queue"],
+            task=row["task"],
+            args=json.loads(row["args"]),
+            status=row["status"],
+            priority=row["priority"],
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+            run_at=row["run_at"],
+            created_at=row["created_at"],
+            last_error=row["last_error"],
+            dedup_key=row["dedup_key"],
+            result=None if row["result"] is None else json.loads(row["result"]),
+            finished_at=row["finished_at"],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict (timestamps as ISO 8601)."""
+        out = dataclasses.asdict(self)
+        for key, value in out.items():
+            if isinstance(value, datetime.datetime):
+                out[key] = value.isoformat()
+        return out

@@ -1,0 +1,79 @@
+"""Periodic upkeep every worker runs: the reaper and archive retention.
+
+The reaper returns running jobs whose lease expired (their worker crashed, hung or lost its
+connection) to pending, or to dead when their attempts are spent. Retention deletes archived
+jobs older than the retention period in bounded batches. Both are single statements that skip
+rows other workers hold, so every worker may run them with no leader.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import anyio
+
+if TYPE_CHECKING:
+    from .app import Queue
+
+logger = logging.getLogger("aioqueue.maintenance")
+
+
+class Maintenance:
+    """Runs the reaper every ``reap_interval`` and retention every ``prune_interval``."""
+
+    def __init__(
+        self,
+        app: Queue,
+        *,
+        reap_interval: float,
+        archive_retention: float | None,
+        reap_batch: int = 1000,
+        prune_batch: int = 5000,
+    ) -> None:
+        self.app = app
+        self.reap_interval = reap_interval
+        self.archive_retention = archive_retention
+        self.reap_batch = reap_batch
+        self.prune_batch = prune_batch
+        self.reaped = 0
+
+    async def reap(self) -> int:
+        """Reap expired leases, a batch at a time, until none are left; return how many."""
+        total = 0
+        while True:
+            async with self.app.connection() as conn:
+                rows = await conn.fetch(self.app.queries.reap_expired, self.reap_batch, self.app.channel)
+            total += len(rows)
+            if len(rows) < self.reap_batch:
+                break
+        if total:
+            logger.warning("reaped %d job(s) whose lease expired", total)
+        self.reaped += total
+        return total
+
+    async def prune(self) -> int:
+        """Delete archived jobs past retention, a bounded batch per statement; return how many."""
+        if self.archive_retention is None:
+            return 0
+        total = 0
+        while True:
+            async with self.app.connection() as conn:
+                status = await conn.execute(
+                    self.app.queries.prune_archive, self.archive_retention, self.prune_batch
+                )
+            deleted = int(status.split()[-1])
+            total += deleted
+            if deleted < self.prune_batch:
+                return total
+
+    async def run(self) -> None:
+        """Run upkeep at start and then every ``reap_interval`` until cancelled."""
+        while True:
+            for step in (self.reap, self.prune):
+                try:
+                    await step()
+                except Exception as exc:
+                    logger.warning("maintenance step %s failed (%s: %s)",
+                                   step.__name__, type(exc).__name__, exc)
+            await anyio.sleep(self.reap_interval)

@@ -1,0 +1,122 @@
+"""Hold the worker's one LISTEN connection and turn notifications into wake-ups.
+
+The connection is dedicated (outside the pool). It is pinged every ``ping_interval`` and watched
+for termination; when it drops, the notifier reconnects with backoff and, once back, wakes the
+producer at once, because notifications sent while it was away are lost. NOTIFY is only a hint:
+the producer's poll is what guarantees no job is missed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import asyncpg
+from anyio.abc import TaskStatus
+
+from .signal import Flag
+
+if TYPE_CHECKING:
+    from .app import Queue
+
+logger = logging.getLogger("aioqueue.notifier")
+
+
+class Notifier:
+    """Listens on the queue's channel and calls ``on_notify(queue_name)`` for each payload."""
+
+    def __init__(
+        self,
+        app: Queue,
+        on_notify: Callable[[str], None],
+        on_reconnect: Callable[[], None],
+        *,
+        ping_interval: float = 5.0,
+        max_backoff: float = 5.0,
+    ) -> None:
+        self.app = app
+        self.on_notify = on_notify
+        self.on_reconnect = on_reconnect
+        self.ping_interval = ping_interval
+        self.max_backoff = max_backoff
+        self.connects = 0
+        self.connected = False
+        self.backend_pid: int | None = None
+        self.changed = Flag()
+
+    def _listener(self, conn: Any, pid: int, channel: str, payload: object) -> None:
+        self.on_notify(str(payload))
+
+    async def _open(self) -> tuple[asyncpg.Connection, bool]:
+        """Return a connection to LISTEN on, and whether it was borrowed from the pool."""
+        dsn, kwargs = self.app.connect_params()
+        if dsn is not None:
+            return await asyncpg.connect(dsn, **kwargs), False
+        # A queue built on the user's pool alone: borrow one of its connections for good.
+        return await self.app.pool.acquire(), True
+
+    async def _close(self, conn: asyncpg.Connection, pooled: bool) -> None:
+        try:
+            with anyio.fail_after(2):
+                if pooled:
+                    await self.app.pool.release(conn)
+                elif not conn.is_closed():
+                    await conn.close()
+        except Exception:
+            conn.terminate()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled; report started after the first attempt to connect."""
+        failures = 0
+        started = False
+        while True:
+            try:
+                conn, pooled = await self._open()
+            except Exception as exc:
+                failures += 1
+                delay = min(self.max_backoff, 0.1 * 2 ** min(failures, 10))
+                logger.warning("LISTEN connection failed (%s: %s); retrying in %.1fs",
+                               type(exc).__name__, exc, delay)
+                if not started:
+                    started = True
+                    task_status.started()
+                await anyio.sleep(delay)
+                continue
+            lost = anyio.Event()
+            try:
+                conn.add_termination_listener(lambda _c: lost.set())
+                await conn.add_listener(self.app.channel, self._listener)
+                failures = 0
+                self.connects += 1
+                self.connected = True
+                self.backend_pid = conn.get_server_pid()
+                self.changed.set()
+                if self.connects > 1:
+                    logger.info("LISTEN connection restored; catching up")
+                    self.on_reconnect()
+                if not started:
+                    started = True
+                    task_status.started()
+                await self._watch(conn, lost)
+            except Exception as exc:
+                logger.warning("LISTEN connection lost (%s: %s)", type(exc).__name__, exc)
+            finally:
+                self.connected = False
+                self.changed.set()
+                with anyio.CancelScope(shield=True):
+                    await self._close(conn, pooled)
+            await anyio.sleep(min(self.max_backoff, 0.05 * 2 ** min(failures, 10)))
+            failures += 1
+
+    async def _watch(self, conn: asyncpg.Connection, lost: anyio.Event) -> None:
+        """Return when the connection is terminated or stops answering pings."""
+        while not conn.is_closed():
+            with anyio.move_on_after(self.ping_interval):
+                await lost.wait()
+            if lost.is_set() or conn.is_closed():
+                return
+            with anyio.fail_after(max(1.0, self.ping_interval)):
+                await conn.execute("SELECT 1")
+

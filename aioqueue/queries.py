@@ -1,0 +1,74 @@
+"""Load the named SQL statements of ``queries.sql`` for one schema.
+
+Every statement aioqueue sends lives in ``queries.sql``; this module only parses that file and
+puts the validated schema name in place. It never builds SQL from values: those are ``$n``
+parameters, bound by the driver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from importlib import resources
+
+from .errors import ConfigurationError
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_BLOCK = re.compile(r"^-- name: (\w+)\n", re.MULTILINE)
+
+
+def validate_schema(schema: str) -> str:
+    """Return ``schema`` if it is a plain lower-case SQL identifier, else raise."""
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+        raise ConfigurationError(
+            f"schema name {schema!r} is not a plain identifier: use lower-case letters, digits "
+            "and underscores, starting with a letter or underscore, at most 63 characters"
+        )
+    return schema
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Queries:
+    """The statements of ``queries.sql``, each rendered for one schema."""
+
+    schema_version: str
+    enqueue: str
+    enqueue_many: str
+    claim: str
+    complete: str
+    fail: str
+    reschedule: str
+    extend_leases: str
+    reap_expired: str
+    prune_archive: str
+    get_job: str
+    list_dead: str
+    retry_dead: str
+    purge_dead: str
+    queue_status: str
+
+
+def parse(text: str) -> dict[str, str]:
+    """Split ``queries.sql`` into ``{name: statement}``, comments and trailing ``;`` removed."""
+    parts = _BLOCK.split(text)
+    statements: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        lines = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
+        sql = "\n".join(lines).strip().rstrip(";").strip()
+        if name in statements:
+            raise ValueError(f"queries.sql names {name!r} twice")
+        statements[name] = sql
+    return statements
+
+
+@functools.cache
+def _raw() -> dict[str, str]:
+    return parse(resources.files(__package__).joinpath("queries.sql").read_text("utf-8"))
+
+
+@functools.cache
+def for_schema(schema: str) -> Queries:
+    """Return every statement rendered for ``schema`` (validated here)."""
+    validate_schema(schema)
+    return Queries(**{name: sql.replace("{schema}", schema) for name, sql in _raw().items()})

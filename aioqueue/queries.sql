@@ -1,0 +1,244 @@
+-- Every statement aioqueue sends, named. `{schema}` is the validated schema name; every value
+-- is a $n parameter. The loader (queries.py) turns each block into a field of `Queries`.
+
+-- name: schema_version
+-- The newest migration applied, or an error when the schema does not exist.
+SELECT coalesce(max(version), 0) FROM {schema}.migrations;
+
+-- name: enqueue
+-- Insert one job and wake the workers of its queue; a live job with the same dedup key is
+-- returned instead of a new one. `inserted` tells which happened.
+WITH ins AS (
+    INSERT INTO {schema}.jobs AS j
+        (queue, task, args, priority, run_at, max_attempts, dedup_key, archive)
+    VALUES ($1, $2, $3::jsonb, $4,
+            coalesce($5::timestamptz, now()) + make_interval(secs => $6), $7, $8, $9)
+    ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
+    DO UPDATE SET dedup_key = EXCLUDED.dedup_key
+    RETURNING j.id, (j.xmax = 0) AS inserted
+)
+SELECT ins.id, ins.inserted, pg_notify($10, $1)::text AS notified FROM ins;
+
+-- name: enqueue_many
+-- Insert many jobs of one task in one statement, in the order given, and send one NOTIFY.
+-- Rows whose dedup key is already live return the live job's id.
+WITH ins AS (
+    INSERT INTO {schema}.jobs AS j
+        (queue, task, args, priority, run_at, max_attempts, dedup_key, archive)
+    SELECT $1, $2, t.args::jsonb, $3, coalesce($4::timestamptz, now()) + make_interval(secs => $5),
+           $6, t.dedup_key, $7
+    FROM unnest($8::text[], $9::text[]) WITH ORDINALITY AS t(args, dedup_key, ord)
+    ORDER BY t.ord
+    ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
+    DO UPDATE SET dedup_key = EXCLUDED.dedup_key
+    RETURNING j.id, j.dedup_key
+),
+notified AS (
+    SELECT pg_notify($10, $1) WHERE EXISTS (SELECT FROM ins)
+)
+SELECT ins.id, ins.dedup_key, (SELECT count(*) FROM notified) AS notified FROM ins;
+
+-- name: claim
+-- Lock up to n ready jobs per queue (at most $5 in all), skipping rows other workers hold,
+-- and mark them running under a lease. The MATERIALIZED CTE stops the planner from
+-- re-running the locking subquery, which could lock more rows than the limit.
+WITH wanted AS (
+    SELECT w.queue, w.n FROM unnest($1::text[], $2::int[]) AS w(queue, n)
+),
+picked AS MATERIALIZED (
+    SELECT c.id
+    FROM wanted
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at
+        FROM {schema}.jobs AS j
+        WHERE j.status = 'pending' AND j.queue = wanted.queue AND j.run_at <= now()
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT wanted.n
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT $5
+)
+UPDATE {schema}.jobs AS j
+SET status = 'running',
+    attempts = j.attempts + 1,
+    locked_at = now(),
+    locked_by = $3,
+    lease_expires_at = now() + make_interval(secs => $4)
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.task, j.args::text AS args, j.priority, j.attempts, j.max_attempts,
+          j.run_at, j.created_at;
+
+-- name: complete
+-- Finish succeeded jobs: delete them, moving those that keep an archive into jobs_done in
+-- the same statement. Fenced: only rows still running under the same claim (id, attempts).
+WITH finished AS (
+    DELETE FROM {schema}.jobs AS j
+    USING unnest($1::bigint[], $2::int[], $3::text[]) AS d(id, attempts, result)
+    WHERE j.id = d.id AND j.attempts = d.attempts AND j.status = 'running'
+    RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.archive,
+              j.created_at, d.result
+),
+archived AS (
+    INSERT INTO {schema}.jobs_done
+        (id, queue, task, args, status, priority, attempts, result, dedup_key, created_at)
+    SELECT f.id, f.queue, f.task, f.args, 'succeeded', f.priority, f.attempts,
+           f.result::jsonb, f.dedup_key, f.created_at
+    FROM finished AS f
+    WHERE f.archive
+)
+SELECT count(*) FROM finished;
+
+-- name: fail
+-- Record failed attempts: back to pending after an exponential backoff with jitter computed
+-- here from database time, or dead when attempts are spent or the handler asked for it.
+-- $4 is an explicit delay in seconds (NULL: use the backoff of $6..$9). Fenced like complete.
+UPDATE {schema}.jobs AS j
+SET status = CASE WHEN f.dead OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
+    run_at = CASE
+        WHEN f.dead OR j.attempts >= j.max_attempts THEN j.run_at
+        ELSE now() + make_interval(secs => coalesce(
+            f.delay,
+            least(f.max_delay,
+                  f.base * power(f.factor, least(j.attempts - 1, 64))
+                  * (1 + f.jitter * (2 * random() - 1)))))
+    END,
+    last_error = f.error,
+    lease_expires_at = NULL,
+    locked_at = NULL,
+    locked_by = NULL
+FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[], $5::bool[],
+            $6::float8[], $7::float8[], $8::float8[], $9::float8[])
+     AS f(id, attempts, error, delay, dead, base, factor, max_delay, jitter)
+WHERE j.id = f.id AND j.attempts = f.attempts AND j.status = 'running'
+RETURNING j.id, j.status;
+
+-- name: reschedule
+-- Put running jobs back to pending after a delay without spending an attempt (snooze, an
+-- interrupted shutdown, a job claimed but never started). Attempts never go down, so they stay
+-- a fence; max_attempts goes up by one instead.
+UPDATE {schema}.jobs AS j
+SET status = 'pending',
+    run_at = now() + make_interval(secs => r.delay),
+    max_attempts = j.max_attempts + 1,
+    last_error = coalesce(r.note, j.last_error),
+    lease_expires_at = NULL,
+    locked_at = NULL,
+    locked_by = NULL
+FROM unnest($1::bigint[], $2::int[], $3::float8[], $4::text[]) AS r(id, attempts, delay, note)
+WHERE j.id = r.id AND j.attempts = r.attempts AND j.status = 'running'
+RETURNING j.id;
+
+-- name: extend_leases
+-- Heartbeat: push out the leases of every job this worker holds; returns the ones it still
+-- holds, so the caller learns which it lost.
+UPDATE {schema}.jobs AS j
+SET lease_expires_at = now() + make_interval(secs => $3)
+FROM unnest($1::bigint[], $2::int[]) AS h(id, attempts)
+WHERE j.id = h.id AND j.attempts = h.attempts AND j.status = 'running'
+RETURNING j.id;
+
+-- name: reap_expired
+-- Return running jobs whose lease expired (their worker died or stalled) to pending, or to
+-- dead when their attempts are spent; wake the workers of the queues that got work back.
+WITH expired AS MATERIALIZED (
+    SELECT j.id
+    FROM {schema}.jobs AS j
+    WHERE j.status = 'running' AND j.lease_expires_at < now()
+    ORDER BY j.lease_expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+),
+reaped AS (
+    UPDATE {schema}.jobs AS j
+    SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
+        run_at = now(),
+        last_error = 'LeaseExpired: worker ' || coalesce(j.locked_by, '?')
+                     || ' stopped renewing its lease (it crashed, hung or lost its connection)',
+        lease_expires_at = NULL,
+        locked_at = NULL,
+        locked_by = NULL
+    FROM expired
+    WHERE j.id = expired.id
+    RETURNING j.id, j.queue, j.status
+),
+notified AS (
+    SELECT pg_notify($2, q.queue)
+    FROM (SELECT DISTINCT r.queue FROM reaped AS r WHERE r.status = 'pending') AS q
+)
+SELECT r.id, r.status, (SELECT count(*) FROM notified) AS notified FROM reaped AS r;
+
+-- name: prune_archive
+-- Retention: delete up to $2 archived jobs that finished more than $1 seconds ago.
+WITH old AS (
+    SELECT d.id FROM {schema}.jobs_done AS d
+    WHERE d.finished_at < now() - make_interval(secs => $1)
+    ORDER BY d.finished_at
+    LIMIT $2
+)
+DELETE FROM {schema}.jobs_done AS d USING old WHERE d.id = old.id;
+
+-- name: get_job
+-- One job by id, live or archived.
+SELECT j.id, j.queue, j.task, j.args::text AS args, j.status, j.priority, j.attempts,
+       j.max_attempts, j.run_at, j.created_at, j.last_error, j.dedup_key,
+       NULL::text AS result, NULL::timestamptz AS finished_at
+FROM {schema}.jobs AS j WHERE j.id = $1
+UNION ALL
+SELECT d.id, d.queue, d.task, d.args::text, d.status, d.priority, d.attempts,
+       d.attempts, d.created_at, d.created_at, NULL, d.dedup_key,
+       d.result::text, d.finished_at
+FROM {schema}.jobs_done AS d WHERE d.id = $1
+LIMIT 1;
+
+-- name: list_dead
+-- Dead jobs, newest first, optionally of one queue.
+SELECT j.id, j.queue, j.task, j.args::text AS args, j.status, j.priority, j.attempts,
+       j.max_attempts, j.run_at, j.created_at, j.last_error, j.dedup_key,
+       NULL::text AS result, NULL::timestamptz AS finished_at
+FROM {schema}.jobs AS j
+WHERE j.status = 'dead' AND ($1::text IS NULL OR j.queue = $1)
+ORDER BY j.id DESC
+LIMIT $2;
+
+-- name: retry_dead
+-- Send dead jobs back to pending now, with as many attempts again as they had: max_attempts
+-- grows rather than attempts shrinking, so attempts stay a fence. $1 NULL means every dead
+-- job (of queue $2 when given).
+UPDATE {schema}.jobs AS j
+SET status = 'pending',
+    run_at = now(),
+    max_attempts = j.attempts + j.max_attempts
+FROM (
+    SELECT d.id FROM {schema}.jobs AS d
+    WHERE d.status = 'dead'
+      AND ($1::bigint[] IS NULL OR d.id = ANY($1))
+      AND ($2::text IS NULL OR d.queue = $2)
+    FOR UPDATE
+) AS dead
+WHERE j.id = dead.id
+RETURNING j.id, j.queue;
+
+-- name: purge_dead
+-- Delete dead jobs; $1 NULL means every dead job (of queue $2 when given).
+DELETE FROM {schema}.jobs AS j
+WHERE j.status = 'dead'
+  AND ($1::bigint[] IS NULL OR j.id = ANY($1))
+  AND ($2::text IS NULL OR j.queue = $2)
+RETURNING j.id;
+
+-- name: queue_status
+-- Per queue: how many jobs wait, how many of those are ready now, are running, are dead, and
+-- how long the oldest ready job has waited.
+SELECT j.queue,
+       count(*) FILTER (WHERE j.status = 'pending') AS pending,
+       count(*) FILTER (WHERE j.status = 'pending' AND j.run_at <= now()) AS ready,
+       count(*) FILTER (WHERE j.status = 'pending' AND j.run_at > now()) AS scheduled,
+       count(*) FILTER (WHERE j.status = 'running') AS running,
+       count(*) FILTER (WHERE j.status = 'dead') AS dead,
+       extract(epoch FROM now() - min(j.run_at) FILTER (
+           WHERE j.status = 'pending' AND j.run_at <= now()))::float8 AS oldest_ready_age
+FROM {schema}.jobs AS j
+GROUP BY j.queue
+ORDER BY j.queue;

@@ -1,0 +1,247 @@
+"""Tasks: registered async functions, and the enqueue calls that turn a call into a job row.
+
+A ``Task`` carries its defaults (queue, priority, attempts, timeout, retry policy); ``options``
+returns an ``Enqueuer`` with some of them overridden for one call, and optionally bound to the
+caller's connection so the job commits or rolls back with the caller's transaction. Arguments
+are checked against the function's signature and serialised here, so bad input fails at the
+call that caused it and nothing is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+import asyncpg
+
+from . import payload
+from .errors import ConfigurationError, JobArgumentsError
+from .retry import Backoff
+
+if TYPE_CHECKING:
+    from .app import Queue
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_INT32 = 2**31 - 1
+MAX_DELAY_SECONDS = 10 * 365 * 86400.0
+MAX_NAME_LENGTH = 255
+MAX_KEY_LENGTH = 1000
+
+
+def check_name(kind: str, value: object, limit: int = MAX_NAME_LENGTH) -> str:
+    """Return ``value`` if it is a usable queue/task name or dedup key, else raise."""
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{kind} must be a non-empty str, got {value!r}")
+    if len(value) > limit:
+        raise ConfigurationError(f"{kind} is {len(value)} characters long; the limit is {limit}")
+    if "\x00" in value:
+        raise ConfigurationError(f"{kind} {value!r} contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigurationError(f"{kind} {value!r} is not valid UTF-8") from None
+    return value
+
+
+def check_int(kind: str, value: object, low: int, high: int) -> int:
+    """Return ``value`` if it is an int in [low, high], else raise."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ConfigurationError(f"{kind} must be an int in [{low}, {high}], got {value!r}")
+    return value
+
+
+def check_seconds(kind: str, value: object, *, allow_zero: bool = True) -> float:
+    """Return ``value`` as float seconds if finite, non-negative and at most ten years."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if ok and math.isfinite(value) and 0 <= value <= MAX_DELAY_SECONDS:  # type: ignore[arg-type]
+        if allow_zero or value > 0:  # type: ignore[operator]
+            return float(value)  # type: ignore[arg-type]
+    low = "0" if allow_zero else "more than 0"
+    raise ConfigurationError(f"{kind} must be {low} to ten years in seconds, got {value!r}")
+
+
+def check_run_at(value: object) -> datetime.datetime:
+    """Return ``value`` if it is a timezone-aware datetime, else raise."""
+    if not isinstance(value, datetime.datetime) or value.utcoffset() is None:
+        raise ConfigurationError(f"run_at must be a timezone-aware datetime, got {value!r}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EnqueueOptions:
+    """What one enqueue call writes besides the arguments."""
+
+    queue: str
+    priority: int
+    max_attempts: int
+    delay: float = 0.0
+    run_at: datetime.datetime | None = None
+    key: str | None = None
+
+
+class Task(Generic[P, R]):
+    """An async function registered on a :class:`~aioqueue.Queue`, runnable as a job.
+
+    Calling the task runs the function directly; ``enqueue`` stores a job for a worker.
+    """
+
+    def __init__(
+        self,
+        app: Queue,
+        fn: Callable[P, Awaitable[R]],
+        *,
+        name: str,
+        queue: str,
+        priority: int,
+        max_attempts: int,
+        timeout: float | None,
+        retry: Backoff,
+        archive: bool,
+    ) -> None:
+        if not inspect.iscoroutinefunction(fn):
+            raise ConfigurationError(f"task {name!r}: {fn!r} is not an async function")
+        signature = inspect.signature(fn)
+        for param in signature.parameters.values():
+            if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL):
+                raise ConfigurationError(
+                    f"task {name!r}: parameter {param.name!r} is positional-only or *args; job "
+                    "arguments are stored by name, so every parameter must accept a keyword"
+                )
+        if not isinstance(retry, Backoff):
+            raise ConfigurationError(f"task {name!r}: retry must be an aioqueue.Backoff")
+        self.app = app
+        self.fn = fn
+        self.name = check_name("task name", name)
+        self.defaults = EnqueueOptions(
+            queue=check_name("queue name", queue),
+            priority=check_int("priority", priority, -_INT32, _INT32),
+            max_attempts=check_int("max_attempts", max_attempts, 1, 10_000),
+        )
+        self.timeout = None if timeout is None else check_seconds("timeout", timeout, allow_zero=False)
+        self.retry = retry
+        self.archive = bool(archive)
+        self.signature = signature
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", name)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name!r} queue={self.defaults.queue!r}>"
+
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the function now, in this process, without a job."""
+        return await self.fn(*args, **kwargs)
+
+    @property
+    def queue(self) -> str:
+        """The queue this task's jobs go to unless an enqueue says otherwise."""
+        return self.defaults.queue
+
+    def options(
+        self,
+        *,
+        conn: asyncpg.Connection | None = None,
+        delay: float | None = None,
+        run_at: datetime.datetime | None = None,
+        priority: int | None = None,
+        key: str | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+    ) -> Enqueuer[P, R]:
+        """Return an enqueuer with these options for the next ``enqueue``/``enqueue_many``.
+
+        ``conn``: an asyncpg connection (usually inside the caller's transaction) to write on.
+        ``delay``/``run_at``: when the job becomes ready, in database time; both may be given
+        (the job runs ``delay`` seconds after ``run_at``). ``key``: a dedup key; while a job
+        with this key is pending or running, enqueueing again returns that job's id.
+        """
+        changes: dict[str, Any] = {}
+        if delay is not None:
+            changes["delay"] = check_seconds("delay", delay)
+        if run_at is not None:
+            changes["run_at"] = check_run_at(run_at)
+        if priority is not None:
+            changes["priority"] = check_int("priority", priority, -_INT32, _INT32)
+        if key is not None:
+            changes["key"] = check_name("dedup key", key, MAX_KEY_LENGTH)
+        if queue is not None:
+            changes["queue"] = check_name("queue name", queue)
+        if max_attempts is not None:
+            changes["max_attempts"] = check_int("max_attempts", max_attempts, 1, 10_000)
+        return Enqueuer(self, dataclasses.replace(self.defaults, **changes), conn)
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """Store a job that calls this task with these arguments; return its id.
+
+        The job is written in a short transaction of its own and wakes the queue's workers.
+        """
+        return await Enqueuer(self, self.defaults, None).enqueue(*args, **kwargs)
+
+    async def enqueue_many(
+        self, items: Iterable[Mapping[str, Any]], *, conn: asyncpg.Connection | None = None
+    ) -> list[int]:
+        """Store one job per mapping of keyword arguments, in one statement; return their ids."""
+        return await Enqueuer(self, self.defaults, conn).enqueue_many(items)
+
+    def bind_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """Check a call against the signature and return its arguments by name."""
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise JobArgumentsError(f"task {self.name!r}: {exc}") from None
+        named: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            if self.signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+                named.update(value)
+            else:
+                named[name] = value
+        return named
+
+    def encode(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+        """Check and serialise one call's arguments to the JSON text stored in the job."""
+        named = self.bind_arguments(args, kwargs)
+        return payload.encode_args(self.name, named, self.app.max_payload_bytes)
+
+
+class Enqueuer(Generic[P, R]):
+    """A task with options set for the next enqueue call (see :meth:`Task.options`)."""
+
+    def __init__(self, task: Task[P, R], opts: EnqueueOptions, conn: asyncpg.Connection | None):
+        self.task = task
+        self.opts = opts
+        self.conn = conn
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """Store one job; return its id (the live job's id when its dedup key is taken)."""
+        text = self.task.encode(args, kwargs)
+        return await self.task.app.insert_job(self.task, self.opts, text, self.conn)
+
+    async def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Store one job per mapping of keyword arguments in one statement; return their ids.
+
+        Every job gets these options; a dedup key cannot be shared by many jobs, so ``key``
+        is refused here.
+        """
+        if self.opts.key is not None:
+            raise ConfigurationError(
+                f"task {self.task.name!r}: enqueue_many cannot give one dedup key to many jobs"
+            )
+        texts = []
+        for i, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise JobArgumentsError(
+                    f"task {self.task.name!r}: item {i} of enqueue_many is a "
+                    f"{type(item).__name__}, not a mapping of keyword arguments"
+                )
+            try:
+                texts.append(self.task.encode((), item))
+            except JobArgumentsError as exc:
+                raise type(exc)(f"item {i} of enqueue_many: {exc}") from None
+        if not texts:
+            return []
+        return await self.task.app.insert_jobs(self.task, self.opts, texts, None, self.conn)

@@ -1,0 +1,203 @@
+"""Competitor adapter for Procrastinate (``pip install procrastinate==3.10.0``).
+
+How it drives the library (public API only, psycopg 3 driver):
+
+* schema: ``App.schema_manager.apply_schema_async()`` unless the ``procrastinate_jobs``
+  table already exists (applying the schema twice fails, so the check makes
+  ``setup`` idempotent).
+* bulk enqueue: ``Task.batch_defer_async(*[{}] * n)``, one call for all jobs.
+* single enqueue: ``Task.defer_async()`` from concurrent coroutines sharing one
+  ``App`` whose ``PsycopgConnector`` pool has one connection per caller.
+* worker: ``App.run_worker_async(concurrency=..., queues=[...],
+  install_signal_handlers=False)`` in a task, with all other worker options at their
+  defaults (LISTEN/NOTIFY on, 5 s fallback polling, finished jobs kept:
+  ``delete_jobs="never"``). The connector pool gets ``2 * concurrency`` connections so
+  the worker never waits for one. It is stopped the documented way, by cancelling that
+  task; the worker then finishes its running jobs, unregisters itself and the task
+  ends cancelled.
+
+Every ``App`` is created, opened and closed inside the method that needs it; the pool's
+connections are all opened (``min_size == max_size``) before any clock starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any, TypeAlias
+
+import procrastinate
+from procrastinate.tasks import Task
+
+from .base import CompetitorError, JobTracker, split_evenly, stop_task
+
+__all__ = ["ProcrastinateAdapter"]
+
+NoopTask: TypeAlias = Task[[], Coroutine[Any, Any, None], []]
+
+
+class ProcrastinateAdapter:
+    """Drives Procrastinate 3.10 through ``App``, ``PsycopgConnector`` and its worker."""
+
+    name = "procrastinate"
+
+    #: Queue and task name used for every benchmark job.
+    queue = "aioqueue_bench"
+    task_name = "aioqueue_bench_noop"
+
+    def __init__(
+        self,
+        *,
+        timeout: float = 600.0,
+        sample_timeout: float = 60.0,
+        stop_timeout: float = 60.0,
+        analyze: bool = True,
+    ) -> None:
+        """
+        Args:
+            timeout: deadline in seconds for a whole drain.
+            sample_timeout: deadline for one latency sample (kept well above the
+                worker's 5 s fallback polling interval, so a missed NOTIFY shows up as
+                an outlier rather than an error).
+            stop_timeout: deadline for the worker to shut down.
+            analyze: run ``ANALYZE`` after the untimed pre-load in :meth:`drain`.
+                Without statistics on the freshly loaded table, the planner picks a
+                plan for ``procrastinate_fetch_job_v2`` that scans and sorts every
+                queued job on each fetch (about 25 ms per fetch with 30,000 queued
+                jobs, against 0.07 ms once analyzed); autovacuum would analyze the
+                table soon after such a load in a long-running database anyway.
+        """
+        self.timeout = timeout
+        self.sample_timeout = sample_timeout
+        self.stop_timeout = stop_timeout
+        self.analyze = analyze
+        self._dsn: str | None = None
+        self._tracker = JobTracker()
+        self._worker: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def setup(self, dsn: str) -> None:
+        self._dsn = dsn
+        async with self._app(pool_size=1) as (app, _):
+            row = await app.connector.execute_query_one_async(
+                "SELECT to_regclass('procrastinate_jobs') IS NOT NULL AS installed"
+            )
+            if not row["installed"]:
+                await app.schema_manager.apply_schema_async()
+
+    async def teardown(self) -> None:
+        await self._stop_worker()
+        self._dsn = None
+
+    # -- benchmarks --------------------------------------------------------------
+
+    async def enqueue_bulk(self, n: int) -> float:
+        kwargs: list[dict[str, Any]] = [{} for _ in range(n)]
+        async with self._app(pool_size=1) as (app, noop):
+            start = time.perf_counter()
+            ids = await noop.batch_defer_async(*kwargs)
+            elapsed = time.perf_counter() - start
+            await self._purge(app, expected=n, got=len(ids))
+        return elapsed
+
+    async def enqueue_one_by_one(self, n: int, callers: int) -> float:
+        async with self._app(pool_size=callers) as (app, noop):
+
+            async def caller(count: int) -> int:
+                for _ in range(count):
+                    await noop.defer_async()
+                return count
+
+            start = time.perf_counter()
+            counts = await asyncio.gather(*(caller(k) for k in split_evenly(n, callers)))
+            elapsed = time.perf_counter() - start
+            await self._purge(app, expected=n, got=sum(counts))
+        return elapsed
+
+    async def drain(self, n: int, concurrency: int) -> float:
+        async with self._app(pool_size=max(2 * concurrency, 4)) as (app, noop):
+            await noop.batch_defer_async(*[{} for _ in range(n)])
+            if self.analyze:
+                await app.connector.execute_query_async("ANALYZE")
+            self._tracker.reset(n)
+            start = time.perf_counter()
+            worker = self._start_worker(app, concurrency)
+            try:
+                await self._tracker.wait(self.timeout, f"procrastinate to drain {n} jobs", worker)
+                elapsed = time.perf_counter() - start
+            finally:
+                await self._stop_worker()
+        return elapsed
+
+    async def wakeup_latency(self, samples: int) -> list[float]:
+        latencies: list[float] = []
+        async with self._app(pool_size=4) as (app, noop):
+            worker = self._start_worker(app, concurrency=1)
+            try:
+                # Warm-up job (not recorded): returns once the worker is fetching jobs.
+                await self._one_job(noop, worker, "the procrastinate warm-up job")
+                for i in range(samples):
+                    t0 = await self._one_job(noop, worker, f"procrastinate latency sample {i}")
+                    latencies.append(self._tracker.last_start - t0)
+            finally:
+                await self._stop_worker()
+        return latencies
+
+    # -- helpers -----------------------------------------------------------------
+
+    async def _one_job(self, noop: NoopTask, worker: asyncio.Task[None], what: str) -> float:
+        """Defer one job, wait until its handler starts; return the pre-defer time."""
+        self._tracker.reset(1)
+        t0 = time.perf_counter()
+        await noop.defer_async()
+        await self._tracker.wait(self.sample_timeout, what, worker)
+        return t0
+
+    async def _purge(self, app: procrastinate.App, *, expected: int, got: int) -> None:
+        """Delete the still-queued benchmark jobs (Procrastinate has no bulk-delete API)."""
+        if got != expected:
+            raise CompetitorError(f"procrastinate deferred {got} jobs for {expected} enqueues")
+        await app.connector.execute_query_async(
+            "DELETE FROM procrastinate_jobs WHERE queue_name = %(queue)s AND status = 'todo'",
+            queue=self.queue,
+        )
+
+    def _start_worker(self, app: procrastinate.App, concurrency: int) -> asyncio.Task[None]:
+        if self._worker is not None:
+            raise CompetitorError("a procrastinate worker is already running")
+        self._worker = asyncio.create_task(
+            app.run_worker_async(
+                queues=[self.queue],
+                concurrency=concurrency,
+                install_signal_handlers=False,
+            ),
+            name="procrastinate-worker",
+        )
+        return self._worker
+
+    async def _stop_worker(self) -> None:
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        worker.cancel()  # the documented way to stop a worker running as a task
+        await stop_task(worker, self.stop_timeout, "the procrastinate worker")
+
+    @asynccontextmanager
+    async def _app(self, pool_size: int) -> AsyncIterator[tuple[procrastinate.App, NoopTask]]:
+        if self._dsn is None:
+            raise CompetitorError("call setup(dsn) first")
+        connector = procrastinate.PsycopgConnector(
+            conninfo=self._dsn, min_size=pool_size, max_size=pool_size
+        )
+        app = procrastinate.App(connector=connector)
+        tracker = self._tracker
+
+        @app.task(name=self.task_name, queue=self.queue)
+        async def noop() -> None:
+            tracker.hit()
+
+        async with app.open_async():
+            yield app, noop

@@ -1,0 +1,122 @@
+"""Test harness: one PostgreSQL server per session (see ``pg.py``), a migrated template
+database, and a fresh database cloned from it for every test."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import urllib.parse
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+import aioqueue
+from aioqueue import migrate
+
+from .pg import Server, find_server
+
+_stack = contextlib.ExitStack()
+_server: Server | None = None
+_names = itertools.count()
+TEMPLATE = f"aioqueue_tpl_{os.getpid()}"
+
+
+def with_database(dsn: str, database: str) -> str:
+    """Return ``dsn`` pointing at ``database`` instead."""
+    parts = urllib.parse.urlsplit(dsn)
+    return urllib.parse.urlunsplit(parts._replace(path="/" + database))
+
+
+async def _create_template(admin_dsn: str) -> None:
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+        await conn.execute(f"CREATE DATABASE {TEMPLATE}")
+    finally:
+        await conn.close()
+    tpl = await asyncpg.connect(with_database(admin_dsn, TEMPLATE))
+    try:
+        await migrate.migrate(tpl, "aioqueue")
+    finally:
+        await tpl.close()
+
+
+async def _drop(admin_dsn: str, names: list[str]) -> None:
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        for name in names:
+            await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    finally:
+        await conn.close()
+
+
+def server() -> Server:
+    assert _server is not None, "the PostgreSQL server was not started"
+    return _server
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _server
+    _server = _stack.enter_context(find_server())
+    asyncio.run(_create_template(_server.dsn))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _server is not None:
+        with contextlib.suppress(Exception):
+            asyncio.run(_drop(_server.dsn, [TEMPLATE]))
+    _stack.close()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"aioqueue tests: PostgreSQL from {server().source}"
+
+
+@pytest.fixture
+async def dsn() -> AsyncIterator[str]:
+    """A fresh database, cloned from the migrated template, dropped after the test."""
+    name = f"aioqueue_t{os.getpid()}_{next(_names)}"
+    admin = await asyncpg.connect(server().dsn)
+    try:
+        await admin.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    finally:
+        await admin.close()
+    try:
+        yield with_database(server().dsn, name)
+    finally:
+        await _drop(server().dsn, [name])
+
+
+@pytest.fixture
+async def empty_dsn() -> AsyncIterator[str]:
+    """A fresh database with no aioqueue schema in it."""
+    name = f"aioqueue_e{os.getpid()}_{next(_names)}"
+    admin = await asyncpg.connect(server().dsn)
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+    finally:
+        await admin.close()
+    try:
+        yield with_database(server().dsn, name)
+    finally:
+        await _drop(server().dsn, [name])
+
+
+@pytest.fixture
+async def q(dsn: str) -> AsyncIterator[aioqueue.Queue]:
+    """An open queue on a fresh, migrated database."""
+    async with aioqueue.Queue(dsn) as queue:
+        yield queue
+
+
+@pytest.fixture
+async def db(dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """A direct connection to the test's database, for checking rows."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        yield conn
+    finally:
+        await conn.close()
