@@ -24,7 +24,7 @@ from .errors import (
     NotRegisteredError,
     SchemaNotReadyError,
 )
-from .job import JobInfo
+from .job import Connection, JobInfo
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES
 from .queries import Queries, for_schema, validate_schema
 from .retry import Backoff
@@ -149,7 +149,7 @@ class Queue:
         return self.dsn, {"timeout": self._connect_timeout, **self._connect_kwargs}
 
     @contextlib.asynccontextmanager
-    async def connection(self, conn: asyncpg.Connection | None = None) -> AsyncIterator[asyncpg.Connection]:
+    async def connection(self, conn: Connection | None = None) -> AsyncIterator[Connection]:
         """Yield ``conn`` if given, else a pooled connection; translate schema errors."""
         try:
             if conn is not None:
@@ -207,7 +207,7 @@ class Queue:
         archive: bool = False,
     ) -> Callable[[Callable[P, Awaitable[R]]], Task[P, R]]: ...
 
-    def task(
+    def task(  # type: ignore[misc]
         self,
         fn: Callable[P, Awaitable[R]] | None = None,
         /,
@@ -219,7 +219,7 @@ class Queue:
         timeout: float | None = None,
         retry: Backoff | None = None,
         archive: bool = False,
-    ) -> Task[P, R] | Callable[[Callable[P, Awaitable[R]]], Task[P, R]]:
+    ) -> Any:
         """Register an async function as a task: ``@queue.task`` or ``@queue.task(queue=...)``.
 
         ``name`` defaults to the function's name and must be unique on this queue: it is what
@@ -264,7 +264,7 @@ class Queue:
     # -- writing jobs ------------------------------------------------------------------------
 
     async def insert_job(
-        self, task: Task[Any, Any], opts: EnqueueOptions, args: str, conn: asyncpg.Connection | None
+        self, task: Task[Any, Any], opts: EnqueueOptions, args: str, conn: Connection | None
     ) -> int:
         """Write one job (already validated) and its NOTIFY; return its id."""
         async with self.connection(conn) as c:
@@ -290,7 +290,7 @@ class Queue:
         opts: EnqueueOptions,
         args: Sequence[str],
         keys: Sequence[str | None] | None,
-        conn: asyncpg.Connection | None,
+        conn: Connection | None,
     ) -> list[int]:
         """Write many jobs of one task (already validated) in one statement; return their ids
         in the order given."""

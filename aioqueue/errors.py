@@ -39,7 +39,7 @@ class NotRegisteredError(AioqueueError, LookupError):
     """A task name is not registered on this queue."""
 
 
-class JobSignal(Exception):  # noqa: N818 - a signal to the worker, not an error
+class JobSignal(Exception):
     """Base of the exceptions a handler raises to tell the worker what to do with its job."""
 
 

@@ -99,7 +99,8 @@ class Executor:
                         result = await task.fn(**job.args)
                     timed_out = deadline.cancelled_caught
         except Retry as exc:
-            self._failed(job, task.retry, f"Retry: {exc.reason or 'handler asked for a retry'}", delay=exc.delay)
+            reason = exc.reason or "handler asked for a retry"
+            self._failed(job, task.retry, f"Retry: {reason}", delay=exc.delay)
         except Abort as exc:
             self._failed(job, task.retry, f"Abort: {exc.reason}", dead=True)
         except Snooze as exc:
@@ -110,7 +111,7 @@ class Executor:
             self._count("interrupted")
             self.completer.rescheduled(job, 0.0, f"Interrupted: {Interrupt.SHUTDOWN.value}")
             raise
-        except BaseException as exc:  # noqa: BLE001 - a handler's error must never stop the worker
+        except BaseException as exc:  # a handler's error, of any kind, must never stop the worker
             self._failed(job, task.retry, describe_error(exc))
         else:
             if scope.cancelled_caught:

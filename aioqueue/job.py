@@ -10,9 +10,13 @@ import contextvars
 import dataclasses
 import datetime
 import json
-from typing import Any
+from typing import Any, TypeAlias
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+Connection: TypeAlias = "asyncpg.Connection[Any] | PoolConnectionProxy[Any]"
+"""A connection aioqueue can write on: a plain asyncpg connection or one from a pool."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

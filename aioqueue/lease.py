@@ -30,7 +30,7 @@ class Heartbeat:
         *,
         lease: float,
         interval: float,
-        on_lost: Callable[[int], None],
+        on_lost: Callable[[int], object],
     ) -> None:
         self.app = app
         self.holdings = holdings

@@ -13,8 +13,7 @@ import re
 import zlib
 from importlib import resources
 
-import asyncpg
-
+from .job import Connection
 from .queries import validate_schema
 
 _FILE = re.compile(r"(\d{4})_(\w+)\.sql")
@@ -82,7 +81,7 @@ def plan_sql(schema: str, applied: int = 0) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-async def applied_version(conn: asyncpg.Connection, schema: str) -> int:
+async def applied_version(conn: Connection, schema: str) -> int:
     """Return the schema's version, 0 when it has never been migrated."""
     validate_schema(schema)
     exists = await conn.fetchval(
@@ -94,7 +93,7 @@ async def applied_version(conn: asyncpg.Connection, schema: str) -> int:
     return int(version)
 
 
-async def migrate(conn: asyncpg.Connection, schema: str) -> list[int]:
+async def migrate(conn: Connection, schema: str) -> list[int]:
     """Bring ``schema`` to the newest version; return the versions this call applied."""
     validate_schema(schema)
     applied: list[int] = []

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import asyncpg
 from anyio.abc import TaskStatus
+from asyncpg.pool import PoolConnectionProxy
 
+from .job import Connection
 from .signal import Flag
 
 if TYPE_CHECKING:
@@ -49,18 +51,21 @@ class Notifier:
     def _listener(self, conn: Any, pid: int, channel: str, payload: object) -> None:
         self.on_notify(str(payload))
 
-    async def _open(self) -> tuple[asyncpg.Connection, bool]:
-        """Return a connection to LISTEN on, and whether it was borrowed from the pool."""
+    async def _open(self) -> Connection:
+        """Return a connection to LISTEN on: dedicated, or borrowed from a user's pool."""
         dsn, kwargs = self.app.connect_params()
+        conn: Connection
         if dsn is not None:
-            return await asyncpg.connect(dsn, **kwargs), False
-        # A queue built on the user's pool alone: borrow one of its connections for good.
-        return await self.app.pool.acquire(), True
+            conn = await asyncpg.connect(dsn, **kwargs)
+        else:
+            # A queue built on the user's pool alone: borrow one of its connections for good.
+            conn = await self.app.pool.acquire()
+        return conn
 
-    async def _close(self, conn: asyncpg.Connection, pooled: bool) -> None:
+    async def _close(self, conn: Connection) -> None:
         try:
             with anyio.fail_after(2):
-                if pooled:
+                if isinstance(conn, PoolConnectionProxy):
                     await self.app.pool.release(conn)
                 elif not conn.is_closed():
                     await conn.close()
@@ -73,7 +78,7 @@ class Notifier:
         started = False
         while True:
             try:
-                conn, pooled = await self._open()
+                conn = await self._open()
             except Exception as exc:
                 failures += 1
                 delay = min(self.max_backoff, 0.1 * 2 ** min(failures, 10))
@@ -86,7 +91,7 @@ class Notifier:
                 continue
             lost = anyio.Event()
             try:
-                conn.add_termination_listener(lambda _c: lost.set())
+                conn.add_termination_listener(_setter(lost))
                 await conn.add_listener(self.app.channel, self._listener)
                 failures = 0
                 self.connects += 1
@@ -106,11 +111,11 @@ class Notifier:
                 self.connected = False
                 self.changed.set()
                 with anyio.CancelScope(shield=True):
-                    await self._close(conn, pooled)
+                    await self._close(conn)
             await anyio.sleep(min(self.max_backoff, 0.05 * 2 ** min(failures, 10)))
             failures += 1
 
-    async def _watch(self, conn: asyncpg.Connection, lost: anyio.Event) -> None:
+    async def _watch(self, conn: Connection, lost: anyio.Event) -> None:
         """Return when the connection is terminated or stops answering pings."""
         while not conn.is_closed():
             with anyio.move_on_after(self.ping_interval):
@@ -120,3 +125,7 @@ class Notifier:
             with anyio.fail_after(max(1.0, self.ping_interval)):
                 await conn.execute("SELECT 1")
 
+
+def _setter(event: anyio.Event) -> Callable[[object], None]:
+    """A termination listener that sets ``event``."""
+    return lambda _conn: event.set()

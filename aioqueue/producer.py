@@ -12,8 +12,6 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-import anyio
-
 from .job import Job
 from .signal import Flag
 

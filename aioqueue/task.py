@@ -16,10 +16,9 @@ import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-import asyncpg
-
 from . import payload
 from .errors import ConfigurationError, JobArgumentsError
+from .job import Connection
 from .retry import Backoff
 
 if TYPE_CHECKING:
@@ -58,10 +57,14 @@ def check_int(kind: str, value: object, low: int, high: int) -> int:
 
 def check_seconds(kind: str, value: object, *, allow_zero: bool = True) -> float:
     """Return ``value`` as float seconds if finite, non-negative and at most ten years."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if ok and math.isfinite(value) and 0 <= value <= MAX_DELAY_SECONDS:  # type: ignore[arg-type]
-        if allow_zero or value > 0:  # type: ignore[operator]
-            return float(value)  # type: ignore[arg-type]
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value <= MAX_DELAY_SECONDS
+        and (allow_zero or value > 0)
+    ):
+        return float(value)
     low = "0" if allow_zero else "more than 0"
     raise ConfigurationError(f"{kind} must be {low} to ten years in seconds, got {value!r}")
 
@@ -145,7 +148,7 @@ class Task(Generic[P, R]):
     def options(
         self,
         *,
-        conn: asyncpg.Connection | None = None,
+        conn: Connection | None = None,
         delay: float | None = None,
         run_at: datetime.datetime | None = None,
         priority: int | None = None,
@@ -183,7 +186,7 @@ class Task(Generic[P, R]):
         return await Enqueuer(self, self.defaults, None).enqueue(*args, **kwargs)
 
     async def enqueue_many(
-        self, items: Iterable[Mapping[str, Any]], *, conn: asyncpg.Connection | None = None
+        self, items: Iterable[Mapping[str, Any]], *, conn: Connection | None = None
     ) -> list[int]:
         """Store one job per mapping of keyword arguments, in one statement; return their ids."""
         return await Enqueuer(self, self.defaults, conn).enqueue_many(items)
@@ -211,7 +214,7 @@ class Task(Generic[P, R]):
 class Enqueuer(Generic[P, R]):
     """A task with options set for the next enqueue call (see :meth:`Task.options`)."""
 
-    def __init__(self, task: Task[P, R], opts: EnqueueOptions, conn: asyncpg.Connection | None):
+    def __init__(self, task: Task[P, R], opts: EnqueueOptions, conn: Connection | None):
         self.task = task
         self.opts = opts
         self.conn = conn

@@ -10,6 +10,7 @@ back to pending without spending an attempt), writes every outcome, and closes t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -199,7 +200,7 @@ class Worker:
             holdings,
             lease=self.lease,
             interval=self.heartbeat_interval,
-            on_lost=lambda job_id: executor.interrupt(job_id, Interrupt.LEASE_LOST),
+            on_lost=functools.partial(executor.interrupt, reason=Interrupt.LEASE_LOST),
         )
         self.maintenance = Maintenance(
             self.app, reap_interval=self.reap_interval, archive_retention=self.archive_retention

@@ -21,7 +21,7 @@ class Server:
 def _docker_answers() -> str | None:
     """Return None if a Docker engine answers, else why not."""
     try:
-        import docker
+        import docker  # type: ignore[import-untyped]
 
         client = docker.from_env(timeout=3)
         client.ping()
