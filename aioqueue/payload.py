@@ -3,6 +3,8 @@
 Everything that could make PostgreSQL refuse a payload is caught here, before any write, and
 reported naming the task and the argument: values JSON cannot hold, NaN and infinities, NUL
 characters (``jsonb`` cannot store ``\\u0000``), unpaired surrogates, and oversized payloads.
+Arguments go through JSON as ``json.dumps`` does it: tuples arrive as lists, and int, float,
+bool or None dict keys arrive as strings.
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ def _problem(value: Any, path: str) -> str | None:
         return None
     if isinstance(value, dict):
         for key, item in value.items():
-            if not isinstance(key, str):
+            if not isinstance(key, str | int | float | bool) and key is not None:
                 return f"{path} has a key {key!r} of type {type(key).__name__}; JSON keys are str"
-            found = _problem(key, f"{path} key {key!r}") or _problem(item, f"{path}[{key!r}]")
+            found = _problem(str(key), f"{path} key {key!r}") or _problem(item, f"{path}[{key!r}]")
             if found:
                 return found
         return None

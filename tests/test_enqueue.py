@@ -1,0 +1,221 @@
+"""Enqueueing: transactional, bulk in one round trip, and refusing bad input before writing."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import asyncpg
+import pytest
+
+import aioqueue
+
+
+def _register(q: aioqueue.Queue) -> aioqueue.Task[[int], None]:
+    @q.task(queue="email")
+    async def send_email(order_id: int) -> None:
+        pass
+
+    return send_email
+
+
+async def _listen(dsn: str, channel: str) -> tuple[asyncpg.Connection, list[str], anyio.Event]:
+    conn = await asyncpg.connect(dsn)
+    received: list[str] = []
+    marker = anyio.Event()
+
+    def on(_c: object, _pid: int, _ch: str, payload: str) -> None:
+        received.append(payload)
+        if payload == "marker":
+            marker.set()
+
+    await conn.add_listener(channel, on)
+    return conn, received, marker
+
+
+async def test_rolled_back_enqueue_leaves_no_job_and_no_notification(
+    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection
+) -> None:
+    send_email = _register(q)
+    listener, received, marker = await _listen(dsn, q.channel)
+    try:
+        with pytest.raises(RuntimeError, match="declined"):
+            async with db.transaction():
+                await db.execute("CREATE TABLE orders (id int)")
+                await send_email.options(conn=db).enqueue(order_id=1)
+                raise RuntimeError("declined")
+        assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+        assert await db.fetchval("SELECT to_regclass('orders')") is None
+        # A marker sent after the rollback arrives; nothing arrived before it.
+        await db.execute("SELECT pg_notify($1, 'marker')", q.channel)
+        with anyio.fail_after(5):
+            await marker.wait()
+        assert received == ["marker"]
+    finally:
+        await listener.close()
+
+
+async def test_committed_enqueue_notifies_once_and_runs(
+    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection
+) -> None:
+    ran = anyio.Event()
+
+    @q.task(queue="email")
+    async def send_email(order_id: int) -> None:
+        assert order_id == 7
+        ran.set()
+
+    listener, received, marker = await _listen(dsn, q.channel)
+    try:
+        async with db.transaction():
+            await db.execute("CREATE TABLE orders (id int)")
+            await db.execute("INSERT INTO orders VALUES (7)")
+            job_id = await send_email.options(conn=db).enqueue(order_id=7)
+        await db.execute("SELECT pg_notify($1, 'marker')", q.channel)
+        with anyio.fail_after(5):
+            await marker.wait()
+        assert received == ["email", "marker"]
+        stats = await q.worker().run_until_empty()
+        assert ran.is_set()
+        assert stats.succeeded == 1
+        assert await q.get_job(job_id) is None  # finished jobs are deleted
+    finally:
+        await listener.close()
+
+
+async def test_bulk_enqueue_of_10000_is_one_round_trip(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    send_email = _register(q)
+    statements: list[str] = []
+    db.add_query_logger(lambda record: statements.append(record.query))
+    ids = await send_email.enqueue_many([{"order_id": i} for i in range(10_000)], conn=db)
+    await anyio.lowlevel.checkpoint()  # asyncpg calls query loggers on the next loop tick
+    assert len(statements) == 1
+    assert len(ids) == len(set(ids)) == 10_000
+    rows = await db.fetch("SELECT id, args FROM aioqueue.jobs ORDER BY id")
+    by_id = {r["id"]: json.loads(r["args"])["order_id"] for r in rows}
+    assert [by_id[i] for i in ids] == list(range(10_000))  # ids come back in input order
+
+
+async def test_single_enqueue_is_one_statement(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    send_email = _register(q)
+    statements: list[str] = []
+    db.add_query_logger(lambda record: statements.append(record.query))
+    await send_email.options(conn=db).enqueue(order_id=1)
+    await anyio.lowlevel.checkpoint()
+    assert len(statements) == 1
+
+
+async def test_enqueue_options_are_stored(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    send_email = _register(q)
+    job_id = await send_email.options(delay=60, priority=5, max_attempts=9, queue="other").enqueue(order_id=3)
+    row = await db.fetchrow(
+        "SELECT *, extract(epoch FROM run_at - created_at) AS wait FROM aioqueue.jobs WHERE id = $1", job_id
+    )
+    assert row is not None
+    assert (row["queue"], row["task"], row["priority"], row["max_attempts"]) == ("other", "send_email", 5, 9)
+    assert json.loads(row["args"]) == {"order_id": 3}
+    assert 59.0 <= row["wait"] <= 61.0  # database time: now() at insert plus the delay
+    when = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
+    later = await send_email.options(run_at=when).enqueue(order_id=4)
+    assert await db.fetchval("SELECT run_at FROM aioqueue.jobs WHERE id = $1", later) == when
+
+
+async def test_dedup_key_returns_the_live_job(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    send_email = _register(q)
+    first = await send_email.options(key="order-1").enqueue(order_id=1)
+    again = await send_email.options(key="order-1").enqueue(order_id=1)
+    other = await send_email.options(key="order-2").enqueue(order_id=2)
+    assert first == again != other
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 2
+
+
+class _NotJson:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "missing a required argument: 'order_id'"),
+        ({"order_id": 1, "extra": 2}, "unexpected keyword argument 'extra'"),
+        ({"order_id": _NotJson()}, "argument 'order_id' is of type _NotJson"),
+        ({"order_id": math.nan}, "argument 'order_id' is nan"),
+        ({"order_id": "a\x00b"}, "argument 'order_id' contains a NUL character"),
+        ({"order_id": "\ud800"}, "argument 'order_id' contains an unpaired surrogate"),
+        ({"order_id": {(1, 2): "x"}}, "has a key (1, 2) of type tuple"),
+    ],
+)
+async def test_bad_arguments_fail_at_enqueue_naming_task_and_argument(
+    q: aioqueue.Queue, db: asyncpg.Connection, kwargs: dict[str, Any], message: str
+) -> None:
+    send_email = _register(q)
+    with pytest.raises(aioqueue.JobArgumentsError) as info:
+        await send_email.enqueue(**kwargs)
+    assert "task 'send_email'" in str(info.value)
+    assert message in str(info.value)
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+
+
+async def test_bad_item_in_bulk_writes_nothing(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    send_email = _register(q)
+    with pytest.raises(aioqueue.JobArgumentsError, match="item 2 of enqueue_many.*'order_id'"):
+        await send_email.enqueue_many([{"order_id": 1}, {"order_id": 2}, {"order_id": object()}])
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+
+
+async def test_oversized_payload_is_refused(dsn: str, db: asyncpg.Connection) -> None:
+    async with aioqueue.Queue(dsn, max_payload_bytes=1000) as q:
+
+        @q.task
+        async def big(blob: str) -> None:
+            pass
+
+        await big.enqueue(blob="x" * 900)
+        with pytest.raises(aioqueue.PayloadTooLargeError, match="over the limit of 1000"):
+            await big.enqueue(blob="x" * 1001)
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"delay": -1}, "delay must be"),
+        ({"delay": math.inf}, "delay must be"),
+        ({"priority": 2**40}, "priority must be"),
+        ({"priority": "high"}, "priority must be"),
+        ({"max_attempts": 0}, "max_attempts must be"),
+        ({"queue": ""}, "queue name must be"),
+        ({"queue": "x" * 300}, "queue name is 300 characters"),
+        ({"key": "a\x00"}, "dedup key"),
+        ({"run_at": datetime.datetime(2030, 1, 1)}, "timezone-aware"),  # noqa: DTZ001
+    ],
+)
+def test_bad_options_are_refused(q: aioqueue.Queue, options: dict[str, Any], message: str) -> None:
+    send_email = _register(q)
+    with pytest.raises(aioqueue.ConfigurationError, match=message):
+        send_email.options(**options)
+
+
+def test_task_definitions_are_checked(q: aioqueue.Queue) -> None:
+    def sync(x: int) -> None:
+        pass
+
+    with pytest.raises(aioqueue.ConfigurationError, match="not an async function"):
+        q.task(sync)  # type: ignore[arg-type]
+
+    async def positional(x: int, /) -> None:
+        pass
+
+    with pytest.raises(aioqueue.ConfigurationError, match="positional-only"):
+        q.task(positional)
+
+    async def dup() -> None:
+        pass
+
+    q.task(dup)
+    with pytest.raises(aioqueue.ConfigurationError, match="already registered"):
+        q.task(dup)

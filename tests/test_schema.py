@@ -1,0 +1,144 @@
+"""Migrations and the named queries: the schema the code documents is the schema it builds."""
+
+from __future__ import annotations
+
+import anyio
+import asyncpg
+import pytest
+
+import aioqueue
+from aioqueue import migrate, queries
+
+
+async def test_migrate_builds_documented_schema(empty_dsn: str) -> None:
+    async with aioqueue.Queue(empty_dsn) as q:
+        assert await q.migrate() == [m.version for m in migrate.migrations()]
+        assert await q.migrate() == []  # idempotent
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        columns = {
+            r["column_name"]
+            for r in await conn.fetch(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = 'aioqueue' AND table_name = 'jobs'"
+            )
+        }
+        assert {
+            "id", "queue", "task", "args", "status", "priority", "run_at", "attempts",
+            "max_attempts", "dedup_key", "lease_expires_at", "locked_at", "locked_by",
+            "last_error", "created_at",
+        } <= columns
+        indexes = {
+            r["indexname"]: r["indexdef"]
+            for r in await conn.fetch("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'aioqueue'")
+        }
+        assert "WHERE (status = 'pending'::text)" in indexes["jobs_ready_idx"]
+        assert "WHERE (status = 'running'::text)" in indexes["jobs_lease_idx"]
+        assert "UNIQUE" in indexes["jobs_dedup_key_idx"]
+        assert "dedup_key IS NOT NULL" in indexes["jobs_dedup_key_idx"]
+        options = await conn.fetchval(
+            "SELECT reloptions FROM pg_class WHERE oid = 'aioqueue.jobs'::regclass"
+        )
+        assert "autovacuum_vacuum_scale_factor=0.01" in options
+        assert "autovacuum_vacuum_cost_delay=0" in options
+        versions = await conn.fetch("SELECT version FROM aioqueue.migrations ORDER BY version")
+        assert [r["version"] for r in versions] == [m.version for m in migrate.migrations()]
+        assert await conn.fetchval("SELECT to_regclass('aioqueue.jobs_done') IS NOT NULL")
+    finally:
+        await conn.close()
+
+
+async def test_concurrent_migrations_all_succeed(empty_dsn: str) -> None:
+    results: list[list[int]] = []
+
+    async def one() -> None:
+        conn = await asyncpg.connect(empty_dsn)
+        try:
+            results.append(await migrate.migrate(conn, "aioqueue"))
+        finally:
+            await conn.close()
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            for _ in range(6):
+                tg.start_soon(one)
+    applied = [r for r in results if r]
+    assert len(results) == 6
+    assert applied == [[m.version for m in migrate.migrations()]]  # exactly one did the work
+
+
+async def test_custom_schema_and_plan(empty_dsn: str) -> None:
+    async with aioqueue.Queue(empty_dsn, schema="jobs_here") as q:
+        await q.migrate()
+        await q.check_schema()
+
+        @q.task
+        async def noop() -> None:
+            pass
+
+        await noop.enqueue()
+        async with q.connection() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM jobs_here.jobs") == 1
+    sql = migrate.plan_sql("jobs_here")
+    assert "CREATE TABLE jobs_here.jobs" in sql
+    assert "{schema}" not in sql
+
+
+@pytest.mark.parametrize("bad", ["", "Upper", "a;drop", 'q"x', "1abc", "x" * 64, "a b"])
+def test_schema_name_is_validated(bad: str) -> None:
+    with pytest.raises(aioqueue.ConfigurationError, match="schema name"):
+        aioqueue.Queue("postgresql://localhost/x", schema=bad)
+
+
+def test_every_named_query_is_a_field() -> None:
+    import dataclasses
+    from importlib import resources
+
+    text = resources.files("aioqueue").joinpath("queries.sql").read_text()
+    names = set(queries.parse(text))
+    fields = {f.name for f in dataclasses.fields(queries.Queries)}
+    assert names == fields
+
+
+async def test_every_named_query_prepares(q: aioqueue.Queue) -> None:
+    import dataclasses
+
+    async with q.connection() as conn:
+        for field in dataclasses.fields(queries.Queries):
+            sql = getattr(q.queries, field.name)
+            assert "{schema}" not in sql
+            await conn.prepare(sql)  # parses, plans and type-checks against the real schema
+
+
+async def test_queue_before_migrate_says_run_migrate(empty_dsn: str) -> None:
+    async with aioqueue.Queue(empty_dsn) as q:
+
+        @q.task
+        async def noop() -> None:
+            pass
+
+        with pytest.raises(aioqueue.SchemaNotReadyError, match="aioqueue migrate"):
+            await noop.enqueue()
+        with pytest.raises(aioqueue.SchemaNotReadyError, match="aioqueue migrate"):
+            await q.status()
+        with pytest.raises(aioqueue.SchemaNotReadyError, match="aioqueue migrate"):
+            await q.worker().run_until_empty()
+
+
+async def test_older_schema_is_refused_by_worker(q: aioqueue.Queue) -> None:
+    async with q.connection() as conn:
+        await conn.execute("DELETE FROM aioqueue.migrations WHERE version = (SELECT max(version) FROM aioqueue.migrations)")
+
+    @q.task
+    async def noop() -> None:
+        pass
+
+    with pytest.raises(aioqueue.SchemaNotReadyError, match="run `aioqueue migrate`"):
+        await q.worker().run_until_empty()
+
+
+async def test_unreachable_dsn_fails_fast_naming_host() -> None:
+    with anyio.fail_after(15):
+        q = aioqueue.Queue("postgresql://postgres@127.0.0.1:1/nowhere", connect_timeout=5)
+        with pytest.raises(aioqueue.ConnectError, match=r"127\.0\.0\.1:1"):
+            await q.open()
