@@ -1,4 +1,5 @@
-"""Periodic upkeep every worker runs: the reaper and archive retention.
+"""Periodic upkeep every worker runs: the reaper, archive retention, and pruning of the
+throughput counters that ``status`` reads.
 
 The reaper returns running jobs whose lease expired (their worker crashed, hung or lost its
 connection) to pending, or to dead when their attempts are spent. Retention deletes archived
@@ -67,10 +68,16 @@ class Maintenance:
             if deleted < self.prune_batch:
                 return total
 
+    async def prune_stats(self) -> int:
+        """Delete throughput counters (``queue_stats``) older than an hour; return how many."""
+        async with self.app.connection() as conn:
+            status = await conn.execute(self.app.queries.prune_queue_stats, 3600.0)
+        return int(status.split()[-1])
+
     async def run(self) -> None:
         """Run upkeep at start and then every ``reap_interval`` until cancelled."""
         while True:
-            for step in (self.reap, self.prune):
+            for step in (self.reap, self.prune, self.prune_stats):
                 try:
                     await step()
                 except Exception as exc:

@@ -29,6 +29,9 @@ logger = logging.getLogger("aioqueue.notifier")
 class Notifier:
     """Listens on the queue's channel and calls ``on_notify(queue_name)`` for each payload."""
 
+    #: First wait before reconnecting; it doubles with each failure, up to ``max_backoff``.
+    reconnect_delay = 0.05
+
     def __init__(
         self,
         app: Queue,
@@ -81,7 +84,7 @@ class Notifier:
                 conn = await self._open()
             except Exception as exc:
                 failures += 1
-                delay = min(self.max_backoff, 0.1 * 2 ** min(failures, 10))
+                delay = min(self.max_backoff, self.reconnect_delay * 2 ** min(failures, 10))
                 logger.warning("LISTEN connection failed (%s: %s); retrying in %.1fs",
                                type(exc).__name__, exc, delay)
                 if not started:
@@ -112,7 +115,7 @@ class Notifier:
                 self.changed.set()
                 with anyio.CancelScope(shield=True):
                     await self._close(conn)
-            await anyio.sleep(min(self.max_backoff, 0.05 * 2 ** min(failures, 10)))
+            await anyio.sleep(min(self.max_backoff, self.reconnect_delay * 2 ** min(failures, 10)))
             failures += 1
 
     async def _watch(self, conn: Connection, lost: anyio.Event) -> None:

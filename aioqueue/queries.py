@@ -47,6 +47,7 @@ class Queries:
     retry_dead: str
     purge_dead: str
     queue_status: str
+    prune_queue_stats: str
 
 
 def parse(text: str) -> dict[str, str]:

@@ -73,6 +73,9 @@ RETURNING j.id, j.queue, j.task, j.args::text AS args, j.priority, j.attempts, j
 -- name: complete
 -- Finish succeeded jobs: delete them, moving those that keep an archive into jobs_done in
 -- the same statement. Fenced: only rows still running under the same claim (id, attempts).
+-- `counted` adds them to the throughput counters of `queue_status`: a row per queue, minute
+-- and shard (backend pid mod 8, so concurrent completers rarely share a row lock), upserted
+-- in queue order so two completers lock their rows in the same order.
 WITH finished AS (
     DELETE FROM {schema}.jobs AS j
     USING unnest($1::bigint[], $2::int[], $3::text[]) AS d(id, attempts, result)
@@ -87,6 +90,14 @@ archived AS (
            f.result::jsonb, f.dedup_key, f.created_at
     FROM finished AS f
     WHERE f.archive
+),
+counted AS (
+    INSERT INTO {schema}.queue_stats AS s (queue, minute, shard, succeeded)
+    SELECT f.queue, date_trunc('minute', now()), pg_backend_pid() % 8, count(*)
+    FROM finished AS f
+    GROUP BY f.queue
+    ORDER BY f.queue
+    ON CONFLICT (queue, minute, shard) DO UPDATE SET succeeded = s.succeeded + EXCLUDED.succeeded
 )
 SELECT count(*) FROM finished;
 
@@ -229,16 +240,43 @@ WHERE j.status = 'dead'
 RETURNING j.id;
 
 -- name: queue_status
--- Per queue: how many jobs wait, how many of those are ready now, are running, are dead, and
--- how long the oldest ready job has waited.
-SELECT j.queue,
-       count(*) FILTER (WHERE j.status = 'pending') AS pending,
-       count(*) FILTER (WHERE j.status = 'pending' AND j.run_at <= now()) AS ready,
-       count(*) FILTER (WHERE j.status = 'pending' AND j.run_at > now()) AS scheduled,
-       count(*) FILTER (WHERE j.status = 'running') AS running,
-       count(*) FILTER (WHERE j.status = 'dead') AS dead,
-       extract(epoch FROM now() - min(j.run_at) FILTER (
-           WHERE j.status = 'pending' AND j.run_at <= now()))::float8 AS oldest_ready_age
-FROM {schema}.jobs AS j
-GROUP BY j.queue
-ORDER BY j.queue;
+-- Per queue: how many jobs wait, how many of those are ready now, are running, are dead, how
+-- long the oldest ready job has waited, and how many jobs succeeded in the last 60 seconds
+-- (the current minute's count plus the part of the previous minute's still inside the window).
+WITH live AS (
+    SELECT j.queue,
+           count(*) FILTER (WHERE j.status = 'pending') AS pending,
+           count(*) FILTER (WHERE j.status = 'pending' AND j.run_at <= now()) AS ready,
+           count(*) FILTER (WHERE j.status = 'pending' AND j.run_at > now()) AS scheduled,
+           count(*) FILTER (WHERE j.status = 'running') AS running,
+           count(*) FILTER (WHERE j.status = 'dead') AS dead,
+           extract(epoch FROM now() - min(j.run_at) FILTER (
+               WHERE j.status = 'pending' AND j.run_at <= now()))::float8 AS oldest_ready_age
+    FROM {schema}.jobs AS j
+    GROUP BY j.queue
+),
+done AS (
+    SELECT s.queue,
+           sum(s.succeeded * CASE
+               WHEN s.minute = date_trunc('minute', now()) THEN 1.0
+               ELSE 1.0 - extract(epoch FROM now() - date_trunc('minute', now())) / 60.0
+           END) AS completed
+    FROM {schema}.queue_stats AS s
+    WHERE s.minute >= date_trunc('minute', now()) - interval '1 minute'
+    GROUP BY s.queue
+)
+SELECT queue,
+       coalesce(live.pending, 0) AS pending,
+       coalesce(live.ready, 0) AS ready,
+       coalesce(live.scheduled, 0) AS scheduled,
+       coalesce(live.running, 0) AS running,
+       coalesce(live.dead, 0) AS dead,
+       live.oldest_ready_age,
+       round(coalesce(done.completed, 0))::bigint AS completed_last_minute
+FROM live FULL JOIN done USING (queue)
+ORDER BY queue;
+
+-- name: prune_queue_stats
+-- Maintenance: drop throughput counters older than $1 seconds.
+DELETE FROM {schema}.queue_stats AS s
+WHERE s.minute < date_trunc('minute', now()) - make_interval(secs => $1);

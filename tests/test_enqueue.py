@@ -15,7 +15,7 @@ import pytest
 import aioqueue
 
 
-def _register(q: aioqueue.Queue) -> aioqueue.Task[[int], None]:
+def _register(q: aioqueue.Queue) -> aioqueue.Task[..., None]:
     @q.task(queue="email")
     async def send_email(order_id: int) -> None:
         pass
@@ -28,7 +28,8 @@ async def _listen(dsn: str, channel: str) -> tuple[asyncpg.Connection, list[str]
     received: list[str] = []
     marker = anyio.Event()
 
-    def on(_c: object, _pid: int, _ch: str, payload: str) -> None:
+    def on(_c: object, _pid: int, _ch: str, payload: object) -> None:
+        assert isinstance(payload, str)
         received.append(payload)
         if payload == "marker":
             marker.set()
@@ -43,11 +44,14 @@ async def test_rolled_back_enqueue_leaves_no_job_and_no_notification(
     send_email = _register(q)
     listener, received, marker = await _listen(dsn, q.channel)
     try:
-        with pytest.raises(RuntimeError, match="declined"):
+        async def order_then_fail() -> None:
             async with db.transaction():
                 await db.execute("CREATE TABLE orders (id int)")
                 await send_email.options(conn=db).enqueue(order_id=1)
                 raise RuntimeError("declined")
+
+        with pytest.raises(RuntimeError, match="declined"):
+            await order_then_fail()
         assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
         assert await db.fetchval("SELECT to_regclass('orders')") is None
         # A marker sent after the rollback arrives; nothing arrived before it.
@@ -162,7 +166,7 @@ async def test_bad_arguments_fail_at_enqueue_naming_task_and_argument(
 
 async def test_bad_item_in_bulk_writes_nothing(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
     send_email = _register(q)
-    with pytest.raises(aioqueue.JobArgumentsError, match="item 2 of enqueue_many.*'order_id'"):
+    with pytest.raises(aioqueue.JobArgumentsError, match=r"item 2 of enqueue_many.*'order_id'"):
         await send_email.enqueue_many([{"order_id": 1}, {"order_id": 2}, {"order_id": object()}])
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
 
@@ -191,7 +195,7 @@ async def test_oversized_payload_is_refused(dsn: str, db: asyncpg.Connection) ->
         ({"queue": ""}, "queue name must be"),
         ({"queue": "x" * 300}, "queue name is 300 characters"),
         ({"key": "a\x00"}, "dedup key"),
-        ({"run_at": datetime.datetime(2030, 1, 1)}, "timezone-aware"),  # noqa: DTZ001
+        ({"run_at": datetime.datetime(2030, 1, 1)}, "timezone-aware"),
     ],
 )
 def test_bad_options_are_refused(q: aioqueue.Queue, options: dict[str, Any], message: str) -> None:

@@ -127,7 +127,9 @@ async def test_queue_before_migrate_says_run_migrate(empty_dsn: str) -> None:
 
 async def test_older_schema_is_refused_by_worker(q: aioqueue.Queue) -> None:
     async with q.connection() as conn:
-        await conn.execute("DELETE FROM aioqueue.migrations WHERE version = (SELECT max(version) FROM aioqueue.migrations)")
+        await conn.execute(
+            "DELETE FROM aioqueue.migrations WHERE version = (SELECT max(version) FROM aioqueue.migrations)"
+        )
 
     @q.task
     async def noop() -> None:

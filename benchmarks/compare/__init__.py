@@ -37,9 +37,7 @@ def load_competitor(name: str, **options: Any) -> Competitor:
     try:
         module_name, class_name = COMPETITORS[name]
     except KeyError:
-        raise ValueError(
-            f"unknown competitor {name!r}; choose from {sorted(COMPETITORS)}"
-        ) from None
+        raise ValueError(f"unknown competitor {name!r}; choose from {sorted(COMPETITORS)}") from None
     module = importlib.import_module(f".{module_name}", __name__)
     adapter: Competitor = getattr(module, class_name)(**options)
     return adapter

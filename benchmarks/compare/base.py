@@ -14,6 +14,11 @@ Conventions shared by every adapter:
   message that says what was being waited for.
 * Every method leaves the queue with nothing pending: the enqueue benchmarks delete
   the jobs they created (outside the timed section) so later methods start clean.
+* ``drain`` pre-loads its jobs with the bulk API and then runs ``ANALYZE`` (adapters
+  take ``analyze=False`` to skip it), so that the dequeue query is planned with
+  statistics, as it would be in a long-running database. Without it, a library
+  whose plan depends on statistics is measured against a table autovacuum has not
+  analyzed yet. Whatever drives aioqueue in the same benchmark should do the same.
 """
 
 from __future__ import annotations
@@ -66,8 +71,10 @@ class Competitor(Protocol):
     async def drain(self, n: int, concurrency: int) -> float:
         """Enqueue *n* jobs (untimed), then time one in-process worker processing them.
 
-        The clock runs from the moment the worker is started until the handler of the
-        last job has run; the worker is then stopped cleanly (untimed).
+        The clock runs from the moment the worker is started (so it includes the
+        worker's own start-up queries) until the handler of the last job has started;
+        the worker is then stopped cleanly, untimed, which is also when libraries that
+        buffer completions write the last ones.
         """
         ...
 

@@ -1,0 +1,124 @@
+"""Leases: the heartbeat keeps a live worker's jobs, the reaper recovers a dead worker's."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import anyio
+import asyncpg
+
+import aioqueue
+
+from .helpers import eventually, running
+
+
+async def test_heartbeat_extends_lease_of_a_long_job(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    release = anyio.Event()
+
+    @q.task
+    async def long() -> None:
+        with anyio.fail_after(20):
+            await release.wait()
+
+    job_id = await long.enqueue()
+    worker = q.worker(lease=1.0, heartbeat_interval=0.1, reap_interval=0.1)
+    async with running(worker):
+        first = None
+
+        async def extended_twice() -> bool:
+            nonlocal first
+            value = await db.fetchval("SELECT lease_expires_at FROM aioqueue.jobs WHERE id = $1", job_id)
+            if value is None:
+                return False
+            first = first or value
+            return bool(value > first) and worker.heartbeat is not None and worker.heartbeat.beats >= 5
+
+        # Several lease lengths pass; the reaper runs all the while and must not take the job.
+        await eventually(extended_twice, timeout=10, what="the heartbeat to extend the lease")
+        # Nothing signals "the reaper did not act": let a full lease length pass, then look.
+        await anyio.sleep(1.5)
+        row = await db.fetchrow("SELECT status, attempts FROM aioqueue.jobs WHERE id = $1", job_id)
+        assert row is not None
+        assert (row["status"], row["attempts"]) == ("running", 1)
+        release.set()
+        await eventually(lambda: worker.stats.succeeded == 1, what="the job to finish")
+    assert await q.get_job(job_id) is None
+
+
+async def test_reaper_returns_expired_jobs_or_kills_spent_ones(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    @q.task(max_attempts=2)
+    async def noop() -> None:
+        pass
+
+    a, b = await noop.enqueue_many([{}, {}])
+    await db.execute(
+        "UPDATE aioqueue.jobs SET status = 'running', attempts = CASE WHEN id = $1 THEN 1 ELSE 2 END, "
+        "locked_by = 'ghost', lease_expires_at = now() - interval '1 second'",
+        a,
+    )
+    assert await q.reap() == 2
+    rows = {r["id"]: r for r in await db.fetch("SELECT * FROM aioqueue.jobs")}
+    assert rows[a]["status"] == "pending"
+    assert rows[b]["status"] == "dead"
+    assert "LeaseExpired: worker ghost" in rows[b]["last_error"]
+    assert rows[a]["lease_expires_at"] is None
+    assert await q.reap() == 0
+
+
+async def test_lost_lease_interrupts_the_handler(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    cancelled = anyio.Event()
+
+    @q.task
+    async def long() -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.set()
+
+    job_id = await long.enqueue()
+    worker = q.worker(lease=30, heartbeat_interval=0.1, reap_interval=3600)
+    async with running(worker):
+        await eventually(lambda: job_id in (worker.executor.running if worker.executor else {}),
+                         what="the handler to start")
+        # Another worker reaped and re-claimed it: this worker's claim is gone.
+        await db.execute("UPDATE aioqueue.jobs SET attempts = attempts + 1, locked_by = 'other'")
+        with anyio.fail_after(10):
+            await cancelled.wait()
+    row = await db.fetchrow("SELECT status, locked_by FROM aioqueue.jobs")
+    assert row is not None
+    assert (row["status"], row["locked_by"]) == ("running", "other")  # untouched by the loser
+
+
+async def test_killed_worker_process_job_is_completed_by_another(dsn: str, db: asyncpg.Connection) -> None:
+    await db.execute("CREATE TABLE started (job_id bigint, pid int)")
+    async with aioqueue.Queue(dsn) as q:
+        finished = anyio.Event()
+
+        @q.task(name="hang")
+        async def hang(n: int) -> None:
+            finished.set()
+
+        job_id = await hang.enqueue(n=1)
+        env = {**os.environ, "PYTHONPATH": os.getcwd()}
+        proc = await anyio.open_process([sys.executable, "-m", "tests.worker_proc", dsn, "1.0"], env=env)
+        async with proc:
+            try:
+                await eventually(
+                    lambda: db.fetchval("SELECT count(*) = 1 FROM started"), timeout=30,
+                    what="the child worker to start the job",
+                )
+            finally:
+                proc.send_signal(signal.SIGKILL)
+                with anyio.fail_after(10):
+                    assert await proc.wait() == -signal.SIGKILL
+        assert await db.fetchval("SELECT status FROM aioqueue.jobs WHERE id = $1", job_id) == "running"
+        # Another worker takes over once the dead worker's 1s lease has expired.
+        worker = q.worker(lease=5, reap_interval=0.2, poll_interval=0.2)
+        async with running(worker):
+            with anyio.fail_after(20):
+                await finished.wait()
+            await eventually(lambda: worker.stats.succeeded == 1, what="the completion")
+        assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+        assert worker.maintenance is not None and worker.maintenance.reaped >= 1
