@@ -39,6 +39,24 @@ class NotRegisteredError(AioqueueError, LookupError):
     """A task name is not registered on this queue."""
 
 
+class JobFailed(AioqueueError):
+    """The job whose result was awaited is dead; ``last_error`` says why."""
+
+    def __init__(self, job_id: int, last_error: str | None) -> None:
+        self.job_id = job_id
+        self.last_error = last_error
+        super().__init__(f"job {job_id} is dead: {last_error}")
+
+
+class JobCancelled(AioqueueError):
+    """The job whose result was awaited was cancelled."""
+
+
+class ResultUnavailable(AioqueueError, LookupError):
+    """The job is gone without a kept result: its task does not archive, it was pruned or
+    purged, or it never existed."""
+
+
 class JobSignal(Exception):
     """Base of the exceptions a handler raises to tell the worker what to do with its job."""
 

@@ -10,10 +10,13 @@ import contextvars
 import dataclasses
 import datetime
 import json
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
+
+if TYPE_CHECKING:
+    from .app import Queue
 
 Connection: TypeAlias = "asyncpg.Connection[Any] | PoolConnectionProxy[Any]"
 """A connection aioqueue can write on: a plain asyncpg connection or one from a pool."""
@@ -109,3 +112,26 @@ class JobInfo:
             if isinstance(value, datetime.datetime):
                 out[key] = value.isoformat()
         return out
+
+
+class JobRef(int):
+    """The id of an enqueued job. It is an ``int``; it can also follow its job."""
+
+    queue: Queue
+
+    def __new__(cls, job_id: int, queue: Queue) -> JobRef:
+        ref = super().__new__(cls, job_id)
+        ref.queue = queue
+        return ref
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """Wait for the job's result (see :meth:`Queue.wait_result`)."""
+        return await self.queue.wait_result(self, timeout=timeout)
+
+    async def cancel(self) -> str:
+        """Cancel the job (see :meth:`Queue.cancel`)."""
+        return await self.queue.cancel(self)
+
+    async def info(self) -> JobInfo | None:
+        """The job as stored now, or None when it is gone."""
+        return await self.queue.get_job(self)

@@ -9,7 +9,7 @@ the producer's poll is what guarantees no job is missed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -27,7 +27,7 @@ logger = logging.getLogger("aioqueue.notifier")
 
 
 class Notifier:
-    """Listens on the queue's channel and calls ``on_notify(queue_name)`` for each payload."""
+    """Listens on ``channels`` and calls each one's callback with every payload it receives."""
 
     #: First wait before reconnecting; it doubles with each failure, up to ``max_backoff``.
     reconnect_delay = 0.05
@@ -35,14 +35,14 @@ class Notifier:
     def __init__(
         self,
         app: Queue,
-        on_notify: Callable[[str], None],
+        channels: Mapping[str, Callable[[str], None]],
         on_reconnect: Callable[[], None],
         *,
         ping_interval: float = 5.0,
         max_backoff: float = 5.0,
     ) -> None:
         self.app = app
-        self.on_notify = on_notify
+        self.channels = dict(channels)
         self.on_reconnect = on_reconnect
         self.ping_interval = ping_interval
         self.max_backoff = max_backoff
@@ -52,7 +52,7 @@ class Notifier:
         self.changed = Flag()
 
     def _listener(self, conn: Any, pid: int, channel: str, payload: object) -> None:
-        self.on_notify(str(payload))
+        self.channels[channel](str(payload))
 
     async def _open(self) -> Connection:
         """Return a connection to LISTEN on: dedicated, or borrowed from a user's pool."""
@@ -95,7 +95,8 @@ class Notifier:
             lost = anyio.Event()
             try:
                 conn.add_termination_listener(_setter(lost))
-                await conn.add_listener(self.app.channel, self._listener)
+                for channel in self.channels:
+                    await conn.add_listener(channel, self._listener)
                 failures = 0
                 self.connects += 1
                 self.connected = True

@@ -9,6 +9,8 @@ holds a transaction open beyond the claim.
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -40,38 +42,55 @@ class Producer:
         self.poll_interval = poll_interval
         self.wakeup = Flag()
         self.claims = 0
+        # Queues with a global concurrency or rate limit: claims on them lock their settings
+        # row first. Re-read at most every `limits_refresh` seconds.
+        self.limited: list[str] = []
+        self.limits_refresh = max(poll_interval, 1.0)
+        self._limits_read_at = -math.inf
 
     def wake(self, queue: str | None = None) -> None:
         """Look for jobs now (``queue``: the queue a notification named, if any)."""
         if queue is None or queue in self.queues:
             self.wakeup.set()
 
-    async def claim(self, limit: int) -> list[Job]:
-        """Claim up to ``limit`` ready jobs in one statement; they are running under our lease."""
+    async def claim(self, limit: int, per_queue: Sequence[int] | None = None) -> list[Job]:
+        """Claim up to ``limit`` ready jobs (and up to ``per_queue[i]`` of ``queues[i]``) in one
+        statement; they are running under our lease.
+
+        Claims on queues with a global limit run in a short transaction that first locks those
+        queues' settings rows, so concurrent workers take turns and the limit holds.
+        """
         self.claims += 1
+        q = self.app.queries
+        wants = list(per_queue) if per_queue is not None else [limit] * len(self.queues)
+        args = (self.queues, wants, self.worker_id, self.lease, limit)
         async with self.app.connection() as conn:
-            rows = await conn.fetch(
-                self.app.queries.claim,
-                self.queues,
-                [limit] * len(self.queues),
-                self.worker_id,
-                self.lease,
-                limit,
-            )
+            now = time.monotonic()
+            if now - self._limits_read_at >= self.limits_refresh:
+                self.limited = [r["name"] for r in await conn.fetch(q.limited_queues, self.queues)]
+                self._limits_read_at = now
+            if self.limited:
+                async with conn.transaction():
+                    await conn.execute(q.lock_queues, self.limited)
+                    rows = await conn.fetch(q.claim, *args)
+            else:
+                rows = await conn.fetch(q.claim, *args)
         return [Job.from_record(row) for row in rows]
 
     async def wait(self) -> None:
         """Wait for a notification or the poll tick, whichever comes first."""
         await self.wakeup.wait(self.poll_interval)
 
-    async def claim_with_retry(self, limit: int, stopping: Callable[[], bool]) -> list[Job]:
+    async def claim_with_retry(
+        self, limit: int, stopping: Callable[[], bool], per_queue: Sequence[int] | None = None
+    ) -> list[Job]:
         """Claim, and on a database error log it and back off rather than fail the worker;
         return nothing once ``stopping()`` is true."""
         failures = 0
         while not stopping():
             try:
                 self.wakeup.clear()
-                return await self.claim(limit)
+                return await self.claim(limit, per_queue)
             except Exception as exc:
                 failures += 1
                 delay = min(max(self.poll_interval, 0.1) * 5, 0.05 * 2**failures)

@@ -36,6 +36,17 @@ class Queries:
     enqueue: str
     enqueue_many: str
     claim: str
+    lock_queues: str
+    limited_queues: str
+    set_paused: str
+    set_limits: str
+    queue_settings: str
+    cancel: str
+    cancel_requests: str
+    finish_cancelled: str
+    database_now: str
+    periodic_last_slot: str
+    periodic_record_slot: str
     complete: str
     fail: str
     reschedule: str

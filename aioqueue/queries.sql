@@ -40,10 +40,29 @@ SELECT ins.id, ins.dedup_key, (SELECT count(*) FROM notified) AS notified FROM i
 
 -- name: claim
 -- Lock up to n ready jobs per queue (at most $5 in all), skipping rows other workers hold,
--- and mark them running under a lease. The MATERIALIZED CTE stops the planner from
--- re-running the locking subquery, which could lock more rows than the limit.
-WITH wanted AS (
-    SELECT w.queue, w.n FROM unnest($1::text[], $2::int[]) AS w(queue, n)
+-- and mark them running under a lease. A queue's row in `queues` may pause it or cap it: at
+-- most concurrency_limit running and rate_limit claimed per rate_period, across all workers
+-- (the caller locks limited queues' rows first, in the same transaction, see lock_queues).
+-- The MATERIALIZED CTE stops the planner from re-running the locking subquery, which could
+-- lock more rows than the limit.
+WITH settings AS MATERIALIZED (
+    SELECT s.name, s.paused, s.concurrency_limit, s.rate_limit, s.rate_period, s.recent_starts
+    FROM {schema}.queues AS s
+    WHERE s.name = ANY($1::text[])
+),
+wanted AS (
+    SELECT w.queue,
+           CASE WHEN s.paused THEN 0 ELSE greatest(0, least(
+               w.n,
+               CASE WHEN s.concurrency_limit IS NOT NULL THEN s.concurrency_limit - (
+                   SELECT count(*) FROM {schema}.jobs AS r
+                   WHERE r.status = 'running' AND r.queue = w.queue) END,
+               CASE WHEN s.rate_limit IS NOT NULL THEN s.rate_limit - (
+                   SELECT count(*) FROM unnest(s.recent_starts) AS t(at)
+                   WHERE t.at > now() - make_interval(secs => s.rate_period)) END
+           )) END AS n
+    FROM unnest($1::text[], $2::int[]) AS w(queue, n)
+    LEFT JOIN settings AS s ON s.name = w.queue
 ),
 picked AS MATERIALIZED (
     SELECT c.id
@@ -58,17 +77,131 @@ picked AS MATERIALIZED (
     ) AS c
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT $5
+),
+claimed AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        locked_at = now(),
+        locked_by = $3,
+        lease_expires_at = now() + make_interval(secs => $4)
+    -- By primary key, never a hash join over a scan of the whole table.
+    WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
+    RETURNING j.id, j.queue, j.task, j.args::text AS args, j.priority, j.attempts, j.max_attempts,
+              j.run_at, j.created_at
+),
+started AS (
+    UPDATE {schema}.queues AS s
+    SET recent_starts = ARRAY(
+            SELECT t.at FROM unnest(s.recent_starts) AS t(at)
+            WHERE t.at > now() - make_interval(secs => s.rate_period)
+        ) || array_fill(now(), ARRAY[n.claimed::int])
+    FROM (SELECT c.queue, count(*) AS claimed FROM claimed AS c GROUP BY c.queue) AS n
+    WHERE s.name = n.queue AND s.rate_limit IS NOT NULL
 )
-UPDATE {schema}.jobs AS j
-SET status = 'running',
-    attempts = j.attempts + 1,
-    locked_at = now(),
-    locked_by = $3,
-    lease_expires_at = now() + make_interval(secs => $4)
-FROM picked
-WHERE j.id = picked.id
-RETURNING j.id, j.queue, j.task, j.args::text AS args, j.priority, j.attempts, j.max_attempts,
-          j.run_at, j.created_at;
+SELECT * FROM claimed;
+
+-- name: lock_queues
+-- Lock the rows of the limited queues among $1, in name order, so that claims on them take
+-- turns and each sees the others' claims (the claim that follows gets a fresh snapshot).
+SELECT s.name FROM {schema}.queues AS s
+WHERE s.name = ANY($1::text[]) AND (s.concurrency_limit IS NOT NULL OR s.rate_limit IS NOT NULL)
+ORDER BY s.name
+FOR UPDATE;
+
+-- name: limited_queues
+-- Which of the queues $1 have a concurrency or rate limit (the producer locks those).
+SELECT s.name FROM {schema}.queues AS s
+WHERE s.name = ANY($1::text[]) AND (s.concurrency_limit IS NOT NULL OR s.rate_limit IS NOT NULL);
+
+-- name: set_paused
+-- Pause or resume a queue; resuming wakes its workers.
+WITH upserted AS (
+    INSERT INTO {schema}.queues AS s (name, paused) VALUES ($1, $2)
+    ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+    RETURNING s.name
+)
+SELECT u.name, CASE WHEN NOT $2 THEN pg_notify($3, u.name)::text END AS notified FROM upserted AS u;
+
+-- name: set_limits
+-- Set (or clear, with NULL) a queue's global concurrency and rate limits.
+INSERT INTO {schema}.queues AS s (name, concurrency_limit, rate_limit, rate_period)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (name) DO UPDATE
+SET concurrency_limit = EXCLUDED.concurrency_limit,
+    rate_limit = EXCLUDED.rate_limit,
+    rate_period = EXCLUDED.rate_period,
+    updated_at = now()
+RETURNING s.name;
+
+-- name: queue_settings
+-- Every queue that has settings.
+SELECT s.name, s.paused, s.concurrency_limit, s.rate_limit, s.rate_period
+FROM {schema}.queues AS s
+ORDER BY s.name;
+
+-- name: cancel
+-- Cancel a job: a pending one is moved to the archive as cancelled at once; a running one is
+-- flagged and its worker told through NOTIFY on channel $2 (its poll is the backstop).
+WITH removed AS (
+    DELETE FROM {schema}.jobs AS j
+    WHERE j.id = $1 AND j.status = 'pending'
+    RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
+),
+archived AS (
+    INSERT INTO {schema}.jobs_done
+        (id, queue, task, args, status, priority, attempts, dedup_key, created_at)
+    SELECT r.id, r.queue, r.task, r.args, 'cancelled', r.priority, r.attempts, r.dedup_key, r.created_at
+    FROM removed AS r
+    RETURNING 1
+),
+flagged AS (
+    UPDATE {schema}.jobs AS j
+    SET cancel_requested = true
+    WHERE j.id = $1 AND j.status = 'running'
+    RETURNING j.id
+),
+notified AS (
+    SELECT pg_notify($2, f.id::text) FROM flagged AS f
+)
+SELECT (SELECT count(*) FROM archived) AS cancelled,
+       (SELECT count(*) FROM flagged) AS requested,
+       (SELECT count(*) FROM notified) AS notified;
+
+-- name: cancel_requests
+-- Which of the jobs $1 (held by this worker under attempts $2) have a cancel request.
+SELECT j.id
+FROM {schema}.jobs AS j
+JOIN unnest($1::bigint[], $2::int[]) AS h(id, attempts) ON j.id = h.id AND j.attempts = h.attempts
+WHERE j.cancel_requested AND j.status = 'running';
+
+-- name: finish_cancelled
+-- Record running jobs whose handlers were cancelled on request: moved to the archive as
+-- cancelled. Fenced by the claim like complete.
+WITH removed AS (
+    DELETE FROM {schema}.jobs AS j
+    USING unnest($1::bigint[], $2::int[]) AS d(id, attempts)
+    WHERE j.id = d.id AND j.attempts = d.attempts AND j.status = 'running'
+    RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
+)
+INSERT INTO {schema}.jobs_done
+    (id, queue, task, args, status, priority, attempts, dedup_key, created_at)
+SELECT r.id, r.queue, r.task, r.args, 'cancelled', r.priority, r.attempts, r.dedup_key, r.created_at
+FROM removed AS r;
+
+-- name: database_now
+-- The database's clock: every schedule is computed from it, never from the worker's.
+SELECT now();
+
+-- name: periodic_last_slot
+-- Lock a periodic task's row and read its newest enqueued slot (no row: never seen).
+SELECT p.last_slot FROM {schema}.periodic AS p WHERE p.name = $1 FOR UPDATE;
+
+-- name: periodic_record_slot
+-- Record slot $2 as the newest enqueued (or, for a new task, the starting point).
+INSERT INTO {schema}.periodic AS p (name, last_slot) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET last_slot = EXCLUDED.last_slot, updated_at = now()
+WHERE p.last_slot < EXCLUDED.last_slot;
 
 -- name: complete
 -- Finish succeeded jobs: delete them, moving those that keep an archive into jobs_done in
@@ -79,7 +212,9 @@ RETURNING j.id, j.queue, j.task, j.args::text AS args, j.priority, j.attempts, j
 WITH finished AS (
     DELETE FROM {schema}.jobs AS j
     USING unnest($1::bigint[], $2::int[], $3::text[]) AS d(id, attempts, result)
-    WHERE j.id = d.id AND j.attempts = d.attempts AND j.status = 'running'
+    -- `|| ''` keeps the planner on the primary key, off jobs_lease_idx: statistics taken
+    -- while nothing ran make that index look empty, and a nested loop over it is quadratic.
+    WHERE j.id = d.id AND j.attempts = d.attempts AND j.status || '' = 'running'
     RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.archive,
               j.created_at, d.result
 ),
@@ -98,8 +233,12 @@ counted AS (
     GROUP BY f.queue
     ORDER BY f.queue
     ON CONFLICT (queue, minute, shard) DO UPDATE SET succeeded = s.succeeded + EXCLUDED.succeeded
+),
+notified AS (
+    -- Wake whoever waits for a result (channel $4), once per batch that archived any.
+    SELECT pg_notify($4, '') WHERE EXISTS (SELECT FROM finished AS f WHERE f.archive)
 )
-SELECT count(*) FROM finished;
+SELECT count(*), (SELECT count(*) FROM notified) AS notified FROM finished;
 
 -- name: fail
 -- Record failed attempts: back to pending after an exponential backoff with jitter computed
@@ -122,7 +261,7 @@ SET status = CASE WHEN f.dead OR j.attempts >= j.max_attempts THEN 'dead' ELSE '
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[], $5::bool[],
             $6::float8[], $7::float8[], $8::float8[], $9::float8[])
      AS f(id, attempts, error, delay, dead, base, factor, max_delay, jitter)
-WHERE j.id = f.id AND j.attempts = f.attempts AND j.status = 'running'
+WHERE j.id = f.id AND j.attempts = f.attempts AND j.status || '' = 'running'  -- see complete
 RETURNING j.id, j.status;
 
 -- name: reschedule
@@ -138,7 +277,7 @@ SET status = 'pending',
     locked_at = NULL,
     locked_by = NULL
 FROM unnest($1::bigint[], $2::int[], $3::float8[], $4::text[]) AS r(id, attempts, delay, note)
-WHERE j.id = r.id AND j.attempts = r.attempts AND j.status = 'running'
+WHERE j.id = r.id AND j.attempts = r.attempts AND j.status || '' = 'running'  -- see complete
 RETURNING j.id;
 
 -- name: extend_leases
@@ -147,7 +286,7 @@ RETURNING j.id;
 UPDATE {schema}.jobs AS j
 SET lease_expires_at = now() + make_interval(secs => $3)
 FROM unnest($1::bigint[], $2::int[]) AS h(id, attempts)
-WHERE j.id = h.id AND j.attempts = h.attempts AND j.status = 'running'
+WHERE j.id = h.id AND j.attempts = h.attempts AND j.status || '' = 'running'  -- see complete
 RETURNING j.id;
 
 -- name: reap_expired

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from . import payload
 from .errors import ConfigurationError, JobArgumentsError
-from .job import Connection
+from .job import Connection, JobRef
 from .retry import Backoff
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ class Task(Generic[P, R]):
             changes["max_attempts"] = check_int("max_attempts", max_attempts, 1, 10_000)
         return Enqueuer(self, dataclasses.replace(self.defaults, **changes), conn)
 
-    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
         """Store a job that calls this task with these arguments; return its id.
 
         The job is written in a short transaction of its own and wakes the queue's workers.
@@ -187,7 +187,7 @@ class Task(Generic[P, R]):
 
     async def enqueue_many(
         self, items: Iterable[Mapping[str, Any]], *, conn: Connection | None = None
-    ) -> list[int]:
+    ) -> list[JobRef]:
         """Store one job per mapping of keyword arguments, in one statement; return their ids."""
         return await Enqueuer(self, self.defaults, conn).enqueue_many(items)
 
@@ -219,12 +219,12 @@ class Enqueuer(Generic[P, R]):
         self.opts = opts
         self.conn = conn
 
-    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
         """Store one job; return its id (the live job's id when its dedup key is taken)."""
         text = self.task.encode(args, kwargs)
         return await self.task.app.insert_job(self.task, self.opts, text, self.conn)
 
-    async def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[int]:
+    async def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[JobRef]:
         """Store one job per mapping of keyword arguments in one statement; return their ids.
 
         Every job gets these options; a dedup key cannot be shared by many jobs, so ``key``
