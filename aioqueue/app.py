@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
@@ -21,16 +21,22 @@ from .errors import (
     AioqueueError,
     ConfigurationError,
     ConnectError,
+    JobCancelled,
+    JobFailed,
     NotRegisteredError,
+    ResultUnavailable,
     SchemaNotReadyError,
 )
-from .job import Connection, JobInfo
+from .job import Connection, JobInfo, JobRef
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES
+from .periodic import Missed, Periodic
 from .queries import Queries, for_schema, validate_schema
 from .retry import Backoff
-from .task import EnqueueOptions, Task, check_name
+from .signal import Flag
+from .task import EnqueueOptions, Task, check_int, check_name, check_seconds
 
 if TYPE_CHECKING:
+    from .middleware import Middleware
     from .worker import Worker
 
 P = ParamSpec("P")
@@ -90,8 +96,12 @@ class Queue:
         self.schema = validate_schema(schema)
         self.queries: Queries = for_schema(self.schema)
         self.channel = f"{self.schema}_jobs"
+        self.cancel_channel = f"{self.schema}_cancel"
+        self.done_channel = f"{self.schema}_done"
         self.max_payload_bytes = max_payload_bytes
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.periodics: dict[str, Periodic] = {}
+        self.middleware: list[Middleware] = []
         self._pool = pool
         self._owns_pool = pool is None
         self._pool_sizes = (pool_min_size, pool_max_size)
@@ -136,6 +146,16 @@ class Queue:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+    def attach_pool(self, pool: asyncpg.Pool) -> None:
+        """Borrow ``pool`` (say, the web application's) instead of opening one of its own.
+
+        Call it before the queue opens; ``close()`` leaves a borrowed pool open.
+        """
+        if self._pool is not None and self._pool is not pool:
+            raise AioqueueError("the queue is already open with another pool")
+        self._pool = pool
+        self._owns_pool = False
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -190,6 +210,12 @@ class Queue:
             )
 
     # -- tasks -------------------------------------------------------------------------------
+
+    def use(self, middleware: Middleware) -> Middleware:
+        """Run ``middleware`` around every handler this queue's workers run; return it, so it
+        can decorate. The first registered is the outermost (see :mod:`aioqueue.middleware`)."""
+        self.middleware.append(middleware)
+        return middleware
 
     @overload
     def task(self, fn: Callable[P, Awaitable[R]], /) -> Task[P, R]: ...
@@ -265,7 +291,7 @@ class Queue:
 
     async def insert_job(
         self, task: Task[Any, Any], opts: EnqueueOptions, args: str, conn: Connection | None
-    ) -> int:
+    ) -> JobRef:
         """Write one job (already validated) and its NOTIFY; return its id."""
         async with self.connection(conn) as c:
             row = await c.fetchrow(
@@ -282,7 +308,7 @@ class Queue:
                 self.channel,
             )
         assert row is not None
-        return int(row["id"])
+        return JobRef(row["id"], self)
 
     async def insert_jobs(
         self,
@@ -291,7 +317,7 @@ class Queue:
         args: Sequence[str],
         keys: Sequence[str | None] | None,
         conn: Connection | None,
-    ) -> list[int]:
+    ) -> list[JobRef]:
         """Write many jobs of one task (already validated) in one statement; return their ids
         in the order given."""
         key_list: list[str | None] = list(keys) if keys is not None else [None] * len(args)
@@ -312,7 +338,7 @@ class Queue:
         by_key = {r["dedup_key"]: int(r["id"]) for r in rows if r["dedup_key"] is not None}
         # Identity values follow the insert order, which follows the input order.
         unkeyed = iter(sorted(int(r["id"]) for r in rows if r["dedup_key"] is None))
-        return [by_key[k] if k is not None else next(unkeyed) for k in key_list]
+        return [JobRef(by_key[k] if k is not None else next(unkeyed), self) for k in key_list]
 
     # -- operating ---------------------------------------------------------------------------
 
@@ -382,8 +408,132 @@ class Queue:
             check_name("queue name", queue)
         return None if ids is None else [int(i) for i in ids]
 
+    # -- scheduling and flow control ------------------------------------------------------
+
+    def periodic(
+        self,
+        cron: str | None = None,
+        *,
+        every: float | None = None,
+        name: str | None = None,
+        missed: Missed = "once",
+        misfire_grace: float = 60.0,
+        kwargs: Mapping[str, Any] | None = None,
+        **task_options: Any,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Task[P, R]]:
+        """Register a task and enqueue it on a schedule: ``@queue.periodic("*/5 * * * *")``
+        (cron, UTC) or ``@queue.periodic(every=30)`` (seconds, aligned to the Unix epoch).
+
+        Each slot is enqueued once however many workers run (workers of a queue that knows the
+        task schedule it). ``missed`` says what a worker coming back does with slots missed
+        while none ran: ``"once"`` runs the newest once, ``"skip"`` skips it unless it is at
+        most ``misfire_grace`` seconds old. ``kwargs`` are the job's arguments; other options
+        go to :meth:`task`.
+        """
+
+        def register(fn: Callable[P, Awaitable[R]]) -> Task[P, R]:
+            registered: Task[P, R] = self.task(name=name, **task_options)(fn)
+            schedule = Periodic(
+                name=registered.name,
+                task=registered,
+                cron=cron,
+                every=every,
+                missed=missed,
+                misfire_grace=misfire_grace,
+                kwargs=dict(kwargs or {}),
+            )
+            registered.bind_arguments((), schedule.kwargs)  # fail now, not at the first slot
+            self.periodics[registered.name] = schedule
+            return registered
+
+        return register
+
+    async def pause(self, queue: str) -> None:
+        """Stop every worker from claiming jobs of ``queue`` (running jobs finish)."""
+        async with self.connection() as conn:
+            await conn.execute(self.queries.set_paused, check_name("queue name", queue), True, self.channel)
+
+    async def resume(self, queue: str) -> None:
+        """Let workers claim jobs of ``queue`` again, and wake them."""
+        async with self.connection() as conn:
+            await conn.execute(self.queries.set_paused, check_name("queue name", queue), False, self.channel)
+
+    async def set_limits(
+        self,
+        queue: str,
+        *,
+        concurrency: int | None = None,
+        rate: tuple[int, float] | None = None,
+    ) -> None:
+        """Limit ``queue`` across every worker: at most ``concurrency`` jobs running, and at
+        most ``rate[0]`` jobs started per ``rate[1]`` seconds. None clears a limit. Workers
+        pick up a change within a second or their poll interval."""
+        check_name("queue name", queue)
+        if concurrency is not None:
+            check_int("concurrency", concurrency, 0, 1_000_000)
+        rate_limit = rate_period = None
+        if rate is not None:
+            rate_limit = check_int("rate limit", rate[0], 0, 100_000)
+            rate_period = check_seconds("rate period", rate[1], allow_zero=False)
+        async with self.connection() as conn:
+            await conn.execute(self.queries.set_limits, queue, concurrency, rate_limit, rate_period)
+
+    async def queue_settings(self) -> list[dict[str, Any]]:
+        """Every queue with settings: paused, concurrency_limit, rate_limit, rate_period."""
+        async with self.connection() as conn:
+            rows = await conn.fetch(self.queries.queue_settings)
+        return [dict(r) for r in rows]
+
+    async def cancel(self, job_id: int) -> str:
+        """Cancel a job. Return ``"cancelled"`` for a pending job (it will never run),
+        ``"requested"`` for a running one (its handler is cancelled at its next await, through
+        NOTIFY or within the worker's poll interval), ``"not_found"`` otherwise. Cancelled jobs
+        are kept in the archive with status ``cancelled``."""
+        async with self.connection() as conn:
+            row = await conn.fetchrow(self.queries.cancel, job_id, self.cancel_channel)
+        assert row is not None
+        if row["cancelled"]:
+            return "cancelled"
+        return "requested" if row["requested"] else "not_found"
+
+    async def wait_result(self, job_id: int, *, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
+        """Wait for a job of an archiving task to succeed and return its result.
+
+        Raises :class:`JobFailed` if it died, :class:`JobCancelled` if it was cancelled,
+        :class:`ResultUnavailable` if it is gone without an archived result, and
+        ``TimeoutError`` after ``timeout`` seconds. Woken by NOTIFY; polls as a backstop.
+        """
+        with anyio.fail_after(timeout):
+            wake = Flag()
+            listener: asyncpg.Connection | None = None
+            if self.dsn is not None:
+                dsn, kwargs = self.connect_params()
+                listener = await asyncpg.connect(dsn, **kwargs)
+                await listener.add_listener(self.done_channel, lambda *_: wake.set())
+            try:
+                while True:
+                    wake.clear()
+                    info = await self.get_job(job_id)
+                    if info is None:
+                        raise ResultUnavailable(
+                            f"job {job_id} is gone without a kept result: its task does not archive "
+                            "(archive=True), it was pruned or purged, or it never existed"
+                        )
+                    if info.status == "succeeded":
+                        return info.result
+                    if info.status == "dead":
+                        raise JobFailed(job_id, info.last_error)
+                    if info.status == "cancelled":
+                        raise JobCancelled(f"job {job_id} was cancelled")
+                    await wake.wait(poll_interval)
+            finally:
+                if listener is not None:
+                    with anyio.CancelScope(shield=True):
+                        await listener.close()
+
     async def status(self) -> list[dict[str, Any]]:
-        """Per queue: pending, ready, scheduled, running, dead, oldest ready age in seconds."""
+        """Per queue: pending, ready, scheduled, running, dead, oldest ready age in seconds, and
+        jobs that succeeded in the last minute (``completed_last_minute``)."""
         async with self.connection() as conn:
             rows = await conn.fetch(self.queries.queue_status)
         return [dict(r) for r in rows]

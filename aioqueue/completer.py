@@ -44,12 +44,18 @@ class _Batch:
     done_results: list[str | None] = dataclasses.field(default_factory=list)
     failures: list[_Failure] = dataclasses.field(default_factory=list)
     reschedules: list[tuple[int, int, float, str | None]] = dataclasses.field(default_factory=list)
+    cancels: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.done_ids) + len(self.failures) + len(self.reschedules)
+        return len(self.done_ids) + len(self.failures) + len(self.reschedules) + len(self.cancels)
 
     def job_ids(self) -> list[int]:
-        return [*self.done_ids, *(f.job_id for f in self.failures), *(r[0] for r in self.reschedules)]
+        return [
+            *self.done_ids,
+            *(f.job_id for f in self.failures),
+            *(r[0] for r in self.reschedules),
+            *(c[0] for c in self.cancels),
+        ]
 
 
 class Completer:
@@ -96,6 +102,11 @@ class Completer:
     def rescheduled(self, job: Job, delay: float, note: str | None = None) -> None:
         """Record that ``job`` goes back to pending after ``delay`` without spending an attempt."""
         self._batch.reschedules.append((job.id, job.attempt, delay, note))
+        self._arrived()
+
+    def cancelled(self, job: Job) -> None:
+        """Record that ``job``'s handler was cancelled on request: archive it as cancelled."""
+        self._batch.cancels.append((job.id, job.attempt))
         self._arrived()
 
     def _arrived(self) -> None:
@@ -150,6 +161,7 @@ class Completer:
         batch.done_results += new.done_results
         batch.failures += new.failures
         batch.reschedules += new.reschedules
+        batch.cancels += new.cancels
         if len(batch):
             self._ready.set()
 
@@ -157,7 +169,9 @@ class Completer:
         q = self.app.queries
         async with self.app.connection() as conn:
             if batch.done_ids:
-                await conn.execute(q.complete, batch.done_ids, batch.done_attempts, batch.done_results)
+                await conn.execute(
+                    q.complete, batch.done_ids, batch.done_attempts, batch.done_results, self.app.done_channel
+                )
                 batch.done_ids, batch.done_attempts, batch.done_results = [], [], []
             if batch.failures:
                 f = batch.failures
@@ -181,3 +195,7 @@ class Completer:
                     q.reschedule, [x[0] for x in r], [x[1] for x in r], [x[2] for x in r], [x[3] for x in r]
                 )
                 batch.reschedules = []
+            if batch.cancels:
+                c = batch.cancels
+                await conn.execute(q.finish_cancelled, [x[0] for x in c], [x[1] for x in c])
+                batch.cancels = []

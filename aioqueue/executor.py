@@ -1,15 +1,16 @@
 """Run one claimed job's handler and turn what happened into an outcome for the completer.
 
 The executor holds no connection and no transaction while a handler runs. It applies the
-task's timeout, maps the handler's return or exception to succeeded / retry / dead /
-rescheduled, and records an outcome even when the handler is cancelled (shutdown, a lost
-lease, a cancel request), so a cancellation never skips the bookkeeping. It never writes to the
-database itself.
+task's timeout and the queue's middleware (``aioqueue.middleware``), maps the handler's return
+or exception to succeeded / retry / dead / rescheduled, and records an outcome even when the
+handler is cancelled (shutdown, a lost lease, a cancel request), so a cancellation never skips
+the bookkeeping. It never writes to the database itself.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import time
 import traceback
@@ -20,6 +21,7 @@ import anyio
 from . import payload
 from .errors import Abort, Retry, Snooze
 from .job import Job, _current
+from .middleware import HandlerTimeout, call_with_middleware
 from .retry import Backoff
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ class Interrupt(enum.Enum):
 
     SHUTDOWN = "the worker shut down before the handler finished"
     LEASE_LOST = "the worker lost the job's lease (it was reaped and may run elsewhere)"
+    CANCELLED = "the job was cancelled on request"
 
 
 def describe_error(exc: BaseException) -> str:
@@ -81,7 +84,7 @@ class Executor:
                 Backoff(),
                 dead=True,
             )
-            logger.error("job %d: unknown task %r, marked dead", job.id, job.task, extra=_fields(job))
+            logger.error("job %d: unknown task %r, marked dead", job.id, job.task, extra=_fields(job, None, "dead"))
             return
 
         scope = anyio.CancelScope()
@@ -92,17 +95,26 @@ class Executor:
         timed_out = False
         try:
             with scope:
-                if task.timeout is None:
+                if self.app.middleware:
+                    result = await call_with_middleware(
+                        self.app.middleware, job, functools.partial(task.fn, **job.args), task.timeout
+                    )
+                elif task.timeout is None:
                     result = await task.fn(**job.args)
                 else:
                     with anyio.move_on_after(task.timeout) as deadline:
                         result = await task.fn(**job.args)
                     timed_out = deadline.cancelled_caught
+        except HandlerTimeout:
+            self._failed(
+                job, task.retry, f"TimeoutError: handler exceeded its timeout of {task.timeout}s",
+                started=started,
+            )
         except Retry as exc:
             reason = exc.reason or "handler asked for a retry"
-            self._failed(job, task.retry, f"Retry: {reason}", delay=exc.delay)
+            self._failed(job, task.retry, f"Retry: {reason}", delay=exc.delay, started=started)
         except Abort as exc:
-            self._failed(job, task.retry, f"Abort: {exc.reason}", dead=True)
+            self._failed(job, task.retry, f"Abort: {exc.reason}", dead=True, started=started)
         except Snooze as exc:
             self._count("snoozed")
             self.completer.rescheduled(job, exc.delay)
@@ -112,13 +124,14 @@ class Executor:
             self.completer.rescheduled(job, 0.0, f"Interrupted: {Interrupt.SHUTDOWN.value}")
             raise
         except BaseException as exc:  # a handler's error, of any kind, must never stop the worker
-            self._failed(job, task.retry, describe_error(exc))
+            self._failed(job, task.retry, describe_error(exc), started=started)
         else:
             if scope.cancelled_caught:
-                self._interrupted(job, reasons)
+                self._interrupted(job, reasons, started)
             elif timed_out:
                 self._failed(
-                    job, task.retry, f"TimeoutError: handler exceeded its timeout of {task.timeout}s"
+                    job, task.retry, f"TimeoutError: handler exceeded its timeout of {task.timeout}s",
+                    started=started,
                 )
             else:
                 self._count("succeeded")
@@ -126,46 +139,63 @@ class Executor:
                 if logger.isEnabledFor(logging.DEBUG):
                     logger.debug(
                         "job %d succeeded", job.id,
-                        extra=_fields(job, time.perf_counter() - started),
+                        extra=_fields(job, time.perf_counter() - started, "succeeded"),
                     )
         finally:
             del self.running[job.id]
             _current.reset(token)
 
-    def _interrupted(self, job: Job, reasons: list[Interrupt]) -> None:
-        self._count("interrupted")
+    def _interrupted(self, job: Job, reasons: list[Interrupt], started: float) -> None:
         reason = reasons[0] if reasons else Interrupt.SHUTDOWN
+        self._count("cancelled" if reason is Interrupt.CANCELLED else "interrupted")
+        fields = _fields(job, time.perf_counter() - started, "interrupted")
         if reason is Interrupt.LEASE_LOST:
             # The job is no longer ours: any write would be fenced out. Just stop.
-            logger.warning("job %d: %s", job.id, reason.value, extra=_fields(job))
+            logger.warning("job %d: %s", job.id, reason.value, extra=fields)
+            return
+        if reason is Interrupt.CANCELLED:
+            self.completer.cancelled(job)
+            logger.info("job %d cancelled on request", job.id, extra=fields)
             return
         self.completer.rescheduled(job, 0.0, f"Interrupted: {reason.value}")
-        logger.warning("job %d interrupted: %s; back to pending", job.id, reason.value, extra=_fields(job))
+        logger.warning("job %d interrupted: %s; back to pending", job.id, reason.value, extra=fields)
 
     def _failed(
-        self, job: Job, retry: Backoff, error: str, *, delay: float | None = None, dead: bool = False
+        self,
+        job: Job,
+        retry: Backoff,
+        error: str,
+        *,
+        delay: float | None = None,
+        dead: bool = False,
+        started: float | None = None,
     ) -> None:
         final = dead or job.attempt >= job.max_attempts
         self._count("dead" if final else "retried")
         self.completer.failed(job, error, retry, delay=delay, dead=dead)
+        duration = None if started is None else time.perf_counter() - started
         logger.warning(
             "job %d attempt %d/%d failed%s: %s",
             job.id, job.attempt, job.max_attempts, " (dead)" if final else "",
-            error.splitlines()[0], extra=_fields(job),
+            error.splitlines()[0], extra=_fields(job, duration, "dead" if final else "retried"),
         )
 
     def _count(self, key: str) -> None:
         self.counts[key] = self.counts.get(key, 0) + 1
 
 
-def _fields(job: Job, duration: float | None = None) -> dict[str, object]:
-    """Structured log fields for a job."""
+def _fields(job: Job, duration: float | None = None, outcome: str | None = None) -> dict[str, object]:
+    """Structured log fields for a job: ``job_id``, ``task``, ``queue``, ``attempt``,
+    ``max_attempts``, and when known ``duration`` (seconds) and ``outcome``."""
     fields: dict[str, object] = {
         "job_id": job.id,
         "task": job.task,
         "queue": job.queue,
         "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
     }
     if duration is not None:
         fields["duration"] = duration
+    if outcome is not None:
+        fields["outcome"] = outcome
     return fields

@@ -18,7 +18,7 @@ import secrets
 import signal
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -31,6 +31,7 @@ from .job import Job
 from .lease import Heartbeat
 from .maintenance import Maintenance
 from .notifier import Notifier
+from .periodic import Scheduler
 from .producer import Producer
 from .signal import Flag
 from .task import check_name
@@ -48,6 +49,13 @@ class WorkerStats:
     dead: int = 0
     snoozed: int = 0
     interrupted: int = 0
+    cancelled: int = 0
+
+
+def _slots(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
+    return value
 
 
 def _positive(name: str, value: float, *, minimum: float = 0.0) -> float:
@@ -64,7 +72,7 @@ class Worker:
         app: Queue,
         *,
         concurrency: int = 10,
-        queues: Sequence[str] | None = None,
+        queues: Sequence[str] | Mapping[str, int] | None = None,
         poll_interval: float = 1.0,
         lease: float = 300.0,
         grace_period: float = 30.0,
@@ -72,6 +80,7 @@ class Worker:
         reap_interval: float | None = None,
         archive_retention: float | None = 7 * 86400.0,
         batch_size: int | None = None,
+        prefetch: int = 0,
         completion_batch: int = 1000,
         completion_interval: float = 0.002,
         listen: bool = True,
@@ -84,6 +93,12 @@ class Worker:
         self.app = app
         self.concurrency = concurrency
         self.queues = None if queues is None else [check_name("queue name", q) for q in queues]
+        # Per-queue caps on this worker's slots, when queues is a mapping {queue: slots}.
+        self.queue_concurrency: dict[str, int] | None = None
+        if isinstance(queues, Mapping):
+            self.queue_concurrency = {
+                name: _slots(f"concurrency of queue {name!r}", slots) for name, slots in queues.items()
+            }
         self.poll_interval = _positive("poll_interval", poll_interval)
         self.lease = _positive("lease", lease, minimum=0.1)
         if not isinstance(grace_period, int | float) or grace_period < 0:
@@ -96,7 +111,12 @@ class Worker:
             raise ConfigurationError("heartbeat_interval must be shorter than the lease")
         self.reap_interval = _positive("reap_interval", reap_interval or min(self.lease / 2, 60.0))
         self.archive_retention = archive_retention
-        self.batch_size = batch_size or concurrency
+        if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
+            raise ConfigurationError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        # Jobs claimed ahead of free slots, waiting in a local buffer (already running under
+        # our lease): handlers never wait for a claim round trip. Unstarted ones go back on stop.
+        self.prefetch = prefetch
+        self.batch_size = batch_size or concurrency + prefetch
         self.completion_batch = completion_batch
         self.completion_interval = completion_interval
         self.listen = listen
@@ -109,8 +129,10 @@ class Worker:
         self.executor: Executor | None = None
         self.heartbeat: Heartbeat | None = None
         self.maintenance: Maintenance | None = None
+        self.scheduler: Scheduler | None = None
         self._counts: dict[str, int] = {}
         self._active = 0
+        self._active_by_queue: dict[str, int] = {}
         self._capacity = Flag()
         self._idle = Flag()
         self._stop = False
@@ -211,10 +233,17 @@ class Worker:
                 services.start_soon(self.heartbeat.run)
                 services.start_soon(self.maintenance.run)
                 if self.listen and not burst:
-                    self.notifier = Notifier(
-                        self.app, producer.wake, producer.wake, ping_interval=self.ping_interval
-                    )
+                    channels: dict[str, Callable[[str], None]] = {
+                        self.app.channel: producer.wake,
+                        self.app.cancel_channel: self._on_cancel,
+                    }
+                    self.notifier = Notifier(self.app, channels, producer.wake, ping_interval=self.ping_interval)
                     await services.start(self.notifier.run)
+                services.start_soon(self._watch_cancels, holdings)
+                periodics = [p for p in self.app.periodics.values() if p.task.queue in queues]
+                if periodics and not burst:
+                    self.scheduler = Scheduler(self.app, periodics)
+                    services.start_soon(self.scheduler.run)
                 if self.install_signal_handlers and threading.current_thread() is threading.main_thread():
                     services.start_soon(self._watch_signals)
                 logger.info(
@@ -237,7 +266,7 @@ class Worker:
         holdings: dict[int, int],
         burst: bool,
     ) -> None:
-        send, receive = anyio.create_memory_object_stream[Job](max_buffer_size=self.concurrency)
+        send, receive = anyio.create_memory_object_stream[Job](max_buffer_size=self.concurrency + self.prefetch)
         self._idle.set()
         async with anyio.create_task_group() as runners:
             async with receive:
@@ -257,19 +286,29 @@ class Worker:
         burst: bool,
     ) -> None:
         backlog_limit = max(self.completion_batch * 4, self.concurrency * 2)
+        # With a prefetch buffer, refill it in large claims rather than one job at a time.
+        min_claim = max(1, min(self.batch_size, self.prefetch // 2))
         while not self._stop:
-            free = min(self.concurrency - self._active, self.batch_size)
-            if free <= 0 or len(completer) > backlog_limit:
+            free = min(self.concurrency + self.prefetch - self._active, self.batch_size)
+            per_queue = None
+            if self.queue_concurrency is not None:
+                per_queue = [
+                    max(0, min(free, self.queue_concurrency.get(q, free) - self._active_by_queue.get(q, 0)))
+                    for q in producer.queues
+                ]
+                free = min(free, sum(per_queue))
+            if free < min_claim or free <= 0 or len(completer) > backlog_limit:
                 self._capacity.clear()
                 await self._capacity.wait(self.poll_interval)
                 continue
-            jobs = await producer.claim_with_retry(free, lambda: self._stop)
+            jobs = await producer.claim_with_retry(free, lambda: self._stop, per_queue)
             if jobs:
                 self._counts["claimed"] = self._counts.get("claimed", 0) + len(jobs)
                 self._idle.clear()
                 for job in jobs:
                     holdings[job.id] = job.attempt
                     self._active += 1
+                    self._active_by_queue[job.queue] = self._active_by_queue.get(job.queue, 0) + 1
                     send.send_nowait(job)
             if len(jobs) == free:
                 continue  # every slot filled: there may be more ready right now
@@ -298,6 +337,7 @@ class Worker:
                         await executor.execute(job)
                 finally:
                     self._active -= 1
+                    self._active_by_queue[job.queue] -= 1
                     self._capacity.set()
                     if not self._active:
                         self._idle.set()
@@ -310,6 +350,27 @@ class Worker:
         if not await self._idle.wait(10.0):
             logger.error("handlers ignored cancellation; abandoning them to the lease")
             runners.cancel()
+
+    def _on_cancel(self, payload: str) -> None:
+        """A cancel request arrived by NOTIFY: interrupt the job if it runs here."""
+        if self.executor is not None and payload.isdigit():
+            self.executor.interrupt(int(payload), Interrupt.CANCELLED)
+
+    async def _watch_cancels(self, holdings: dict[int, int]) -> None:
+        """Poll for cancel requests of held jobs: the backstop for a lost notification."""
+        while True:
+            await anyio.sleep(self.poll_interval)
+            if not holdings or self.executor is None:
+                continue
+            held = dict(holdings)
+            try:
+                async with self.app.connection() as conn:
+                    rows = await conn.fetch(self.app.queries.cancel_requests, list(held), list(held.values()))
+            except Exception as exc:
+                logger.warning("checking for cancel requests failed (%s: %s)", type(exc).__name__, exc)
+                continue
+            for row in rows:
+                self.executor.interrupt(row["id"], Interrupt.CANCELLED)
 
     async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
