@@ -7,14 +7,17 @@ from .errors import (
     ConfigurationError,
     ConnectError,
     JobArgumentsError,
+    JobCancelled,
+    JobFailed,
     JobSignal,
     NotRegisteredError,
     PayloadTooLargeError,
+    ResultUnavailable,
     Retry,
     SchemaNotReadyError,
     Snooze,
 )
-from .job import Job, JobInfo, current_job
+from .job import Job, JobInfo, JobRef, current_job
 from .retry import Backoff
 from .task import Enqueuer, Task
 from .worker import Worker, WorkerStats
@@ -30,11 +33,15 @@ __all__ = [
     "Enqueuer",
     "Job",
     "JobArgumentsError",
+    "JobCancelled",
+    "JobFailed",
     "JobInfo",
+    "JobRef",
     "JobSignal",
     "NotRegisteredError",
     "PayloadTooLargeError",
     "Queue",
+    "ResultUnavailable",
     "Retry",
     "SchemaNotReadyError",
     "Snooze",

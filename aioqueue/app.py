@@ -346,13 +346,17 @@ class Queue:
         self,
         *,
         concurrency: int = 10,
-        queues: Sequence[str] | None = None,
+        queues: Sequence[str] | Mapping[str, int] | None = None,
         poll_interval: float = 1.0,
         lease: float = 300.0,
         grace_period: float = 30.0,
         **options: Any,
     ) -> Worker:
-        """Make a worker for this queue's tasks (see :class:`~aioqueue.Worker`)."""
+        """Make a worker for this queue's tasks (see :class:`~aioqueue.Worker`).
+
+        ``queues``: the queues to work (default: those of the registered tasks), or a mapping
+        ``{queue: slots}`` that also caps how many of this worker's slots each queue may use.
+        """
         from .worker import Worker
 
         return Worker(
