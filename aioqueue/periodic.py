@@ -34,6 +34,7 @@ logger = logging.getLogger("aioqueue.periodic")
 
 Missed = Literal["once", "skip"]
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_MICROSECOND = datetime.timedelta(microseconds=1)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,8 +62,10 @@ class Periodic:
     def slot(self, now: datetime.datetime) -> datetime.datetime:
         """The newest slot at or before ``now`` (an aware datetime)."""
         if self.every is not None:
-            seconds = (now - _EPOCH).total_seconds()
-            return _EPOCH + datetime.timedelta(seconds=seconds - seconds % self.every)
+            # Whole microseconds, so every worker computes the very same slot for a period.
+            micros = (now - _EPOCH) // _MICROSECOND
+            period = round(self.every * 1_000_000)
+            return _EPOCH + (micros - micros % period) * _MICROSECOND
         assert self.cron is not None
         # croniter's get_prev is strictly before its start: start just after `now`.
         start = now.astimezone(datetime.UTC) + datetime.timedelta(microseconds=1)
