@@ -75,34 +75,33 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"aioqueue tests: PostgreSQL from {server().source}"
 
 
-@pytest.fixture
-async def dsn() -> AsyncIterator[str]:
-    """A fresh database, cloned from the migrated template, dropped after the test."""
-    name = f"aioqueue_t{os.getpid()}_{next(_names)}"
+@contextlib.asynccontextmanager
+async def fresh_database(prefix: str, template: str | None) -> AsyncIterator[str]:
+    """Create a database (a copy of ``template``, or empty), yield its DSN, drop it after."""
+    name = f"aioqueue_{prefix}{os.getpid()}_{next(_names)}"
     admin = await asyncpg.connect(server().dsn)
     try:
-        await admin.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+        await admin.execute(f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
     finally:
         await admin.close()
     try:
         yield with_database(server().dsn, name)
     finally:
         await _drop(server().dsn, [name])
+
+
+@pytest.fixture
+async def dsn() -> AsyncIterator[str]:
+    """A fresh database, cloned from the migrated template, dropped after the test."""
+    async with fresh_database("t", TEMPLATE) as url:
+        yield url
 
 
 @pytest.fixture
 async def empty_dsn() -> AsyncIterator[str]:
     """A fresh database with no aioqueue schema in it."""
-    name = f"aioqueue_e{os.getpid()}_{next(_names)}"
-    admin = await asyncpg.connect(server().dsn)
-    try:
-        await admin.execute(f"CREATE DATABASE {name}")
-    finally:
-        await admin.close()
-    try:
-        yield with_database(server().dsn, name)
-    finally:
-        await _drop(server().dsn, [name])
+    async with fresh_database("e", None) as url:
+        yield url
 
 
 @pytest.fixture
