@@ -17,6 +17,7 @@ from .errors import (
     SchemaNotReadyError,
     Snooze,
 )
+from .integrations.background import BackgroundWorker
 from .job import Job, JobInfo, JobRef, current_job
 from .retry import Backoff
 from .task import Enqueuer, Task
@@ -27,6 +28,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Abort",
     "AioqueueError",
+    "BackgroundWorker",
     "Backoff",
     "ConfigurationError",
     "ConnectError",

@@ -1,0 +1,8 @@
+"""``python -m aioqueue``: the ``aioqueue`` command (see :mod:`aioqueue.cli`)."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Run N worker processes and keep them running: the parent of ``aioqueue worker --processes N``.
+
+Each child is a fresh interpreter running a one-process ``aioqueue worker`` (its own pool and
+LISTEN connection); they share the load through the database, as separate machines would. A
+child that dies is logged and restarted, after a growing delay when it keeps dying young; one
+that exits with status 2 (bad configuration) stops them all. On SIGINT/SIGTERM the supervisor
+sends SIGTERM to every child, which stop claiming and drain within their grace period; a second
+signal is passed on too, and makes the children interrupt their running jobs. Children run in a
+session of their own, so a terminal's Ctrl-C reaches them once, through the supervisor; they
+watch their parent and stop if it disappears. The supervisor never touches the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+
+import anyio
+from anyio.abc import Process
+
+logger = logging.getLogger("aioqueue.supervisor")
+
+EXIT_USAGE = 2
+
+
+def describe_exit(returncode: int) -> str:
+    """``exited with status 3`` or ``was killed by SIGKILL``."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name}"
+    return f"exited with status {returncode}"
+
+
+class Supervisor:
+    """Keeps ``processes`` children running ``command(slot)``, until a signal or :meth:`stop`."""
+
+    def __init__(
+        self,
+        command: Callable[[int], Sequence[str]],
+        processes: int,
+        *,
+        shutdown_timeout: float = 60.0,
+        restart_delay: float = 0.5,
+        max_restart_delay: float = 30.0,
+        min_uptime: float = 10.0,
+        handle_signals: bool = True,
+    ) -> None:
+        self.command = command
+        self.processes = processes
+        self.shutdown_timeout = shutdown_timeout
+        self.restart_delay = restart_delay
+        self.max_restart_delay = max_restart_delay
+        self.min_uptime = min_uptime
+        self.handle_signals = handle_signals
+        self.children: dict[int, Process] = {}
+        self.restarts = 0
+        self.exit_code = 0
+        self._stopping = anyio.Event()
+
+    async def run(self) -> int:
+        """Start the children, restart those that die, return once all have stopped."""
+        async with anyio.create_task_group() as tg:
+            if self.handle_signals:
+                tg.start_soon(self._watch_signals)
+            async with anyio.create_task_group() as slots:
+                for slot in range(self.processes):
+                    slots.start_soon(self._keep_running, slot)
+            tg.cancel_scope.cancel()
+        logger.info("all %d worker processes stopped", self.processes)
+        return self.exit_code
+
+    def stop(self) -> None:
+        """Ask every child to stop gracefully (SIGTERM); a second call asks them to hurry."""
+        self._stopping.set()
+        self._signal_children(signal.SIGTERM)
+
+    async def _keep_running(self, slot: int) -> None:
+        delay = self.restart_delay
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            async with await anyio.open_process(
+                list(self.command(slot)), stdin=subprocess.DEVNULL, stdout=None, stderr=None, start_new_session=True
+            ) as process:
+                self.children[slot] = process
+                logger.info("worker process %d started (pid %d)", slot, process.pid)
+                if self._stopping.is_set():  # a signal came while it was being spawned
+                    process.terminate()
+                try:
+                    returncode = await process.wait()
+                finally:
+                    del self.children[slot]
+            what = describe_exit(returncode)
+            if self._stopping.is_set():
+                logger.info("worker process %d (pid %d) %s", slot, process.pid, what)
+                return
+            if returncode == EXIT_USAGE:
+                logger.error("worker process %d (pid %d) %s: bad configuration; stopping all",
+                             slot, process.pid, what)
+                self.exit_code = EXIT_USAGE
+                self.stop()
+                return
+            young = time.monotonic() - started < self.min_uptime
+            delay = min(delay * 2, self.max_restart_delay) if young else self.restart_delay
+            self.restarts += 1
+            logger.error("worker process %d (pid %d) %s; restarting in %.1fs", slot, process.pid, what, delay)
+            with anyio.move_on_after(delay):
+                await self._stopping.wait()
+
+    def _signal_children(self, signum: signal.Signals) -> None:
+        for process in list(self.children.values()):
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signum)
+
+    async def _watch_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with anyio.create_task_group() as tg:
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    if not self._stopping.is_set():
+                        logger.info("%s: stopping %d worker processes gracefully (send again to "
+                                    "interrupt running jobs)", name, len(self.children))
+                        tg.start_soon(self._kill_after_timeout)
+                    else:
+                        logger.warning("%s again: asking worker processes to interrupt running jobs", name)
+                    self.stop()
+
+    async def _kill_after_timeout(self) -> None:
+        await anyio.sleep(self.shutdown_timeout)
+        if self.children:
+            logger.error("worker processes still running after %.0fs: killing them", self.shutdown_timeout)
+            self._signal_children(signal.SIGKILL)
