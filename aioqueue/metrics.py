@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIServer
 
 import anyio
 
@@ -114,9 +115,11 @@ class PrometheusMetrics:
                 logger.warning("refreshing queue depth metrics failed (%s: %s)", type(exc).__name__, exc)
             await anyio.sleep(interval)
 
-    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
-        """Serve this registry at ``http://addr:port/metrics`` from a daemon thread."""
-        prometheus_client.start_http_server(port, addr=addr, registry=self.registry)
+    def serve(self, port: int, addr: str = "127.0.0.1") -> WSGIServer:
+        """Serve this registry at ``http://addr:port/metrics`` from a daemon thread; return the
+        server (``server.server_port`` is the port when ``port`` is 0; ``shutdown()`` stops it)."""
+        server, _thread = prometheus_client.start_http_server(port, addr=addr, registry=self.registry)
+        return server
 
 
 class _Series:
