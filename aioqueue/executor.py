@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
+import math
 import time
 import traceback
 from typing import TYPE_CHECKING
@@ -43,10 +44,20 @@ class Interrupt(enum.Enum):
 
 def describe_error(exc: BaseException) -> str:
     """``Type: message`` plus the innermost frames of the traceback, bounded in size."""
-    head = f"{type(exc).__name__}: {exc}"
+    try:
+        message = str(exc)
+    except Exception:  # a hostile __str__ must not take the worker down with the job
+        message = "<str() of the exception failed>"
+    head = f"{type(exc).__name__}: {message}"
     frames = traceback.format_tb(exc.__traceback__)[-5:]
     text = head + ("\n" + "".join(frames) if frames else "")
     return text[:_MAX_ERROR_CHARS]
+
+
+def storable_text(text: str) -> str:
+    """``text`` as PostgreSQL ``text`` can hold it: NUL and unpaired surrogates escaped, so an
+    odd error message cannot make the outcome's write fail (and retry) forever."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
 class Executor:
@@ -104,7 +115,9 @@ class Executor:
                 else:
                     with anyio.move_on_after(task.timeout) as deadline:
                         result = await task.fn(**job.args)
-                    timed_out = deadline.cancelled_caught
+                    # cancel_called, not cancelled_caught: a handler that swallowed the
+                    # timeout's cancellation and returned late still timed out.
+                    timed_out = deadline.cancel_called
         except HandlerTimeout:
             self._failed(
                 job, task.retry, f"TimeoutError: handler exceeded its timeout of {task.timeout}s",
@@ -118,7 +131,12 @@ class Executor:
         except Snooze as exc:
             self._count("snoozed")
             self.completer.rescheduled(job, exc.delay)
-        except anyio.get_cancelled_exc_class():
+        except anyio.get_cancelled_exc_class() as exc:
+            if anyio.current_effective_deadline() != -math.inf:
+                # Raised by the handler itself (say, a future someone else cancelled) while
+                # nothing cancels this worker: a failed attempt, like any other exception.
+                self._failed(job, task.retry, describe_error(exc), started=started)
+                return
             # The worker itself is being cancelled: record the interruption, then let it unwind.
             self._count("interrupted")
             self.completer.rescheduled(job, 0.0, f"Interrupted: {Interrupt.SHUTDOWN.value}")
@@ -172,6 +190,7 @@ class Executor:
     ) -> None:
         final = dead or job.attempt >= job.max_attempts
         self._count("dead" if final else "retried")
+        error = storable_text(error) or "(no message)"
         self.completer.failed(job, error, retry, delay=delay, dead=dead)
         duration = None if started is None else time.perf_counter() - started
         logger.warning(

@@ -47,9 +47,11 @@ async def call_with_middleware(
             await stack.enter_async_context(factory(job))
         if timeout is None:
             return await handler()
-        with anyio.move_on_after(timeout):
-            return await handler()
-        raise HandlerTimeout(f"handler exceeded its timeout of {timeout}s")
+        with anyio.move_on_after(timeout) as deadline:
+            result = await handler()
+        if deadline.cancel_called:  # even if the handler swallowed the cancellation
+            raise HandlerTimeout(f"handler exceeded its timeout of {timeout}s")
+        return result
     return None  # a middleware suppressed the handler's exception
 
 

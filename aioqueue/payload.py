@@ -57,6 +57,15 @@ def dumps(value: Any) -> str:
 def encode_args(task: str, args: dict[str, Any], max_bytes: int) -> str:
     """Return ``args`` as JSON text for ``task``, or raise naming the offending argument."""
     try:
+        return _encode_args(task, args, max_bytes)
+    except RecursionError:  # a reference cycle, or nesting deeper than Python's recursion limit
+        raise JobArgumentsError(
+            f"task {task!r}: arguments contain a reference cycle or are nested too deeply for JSON"
+        ) from None
+
+
+def _encode_args(task: str, args: dict[str, Any], max_bytes: int) -> str:
+    try:
         text = dumps(args)
     except (TypeError, ValueError):
         text = None

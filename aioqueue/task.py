@@ -31,6 +31,7 @@ _INT32 = 2**31 - 1
 MAX_DELAY_SECONDS = 10 * 365 * 86400.0
 MAX_NAME_LENGTH = 255
 MAX_KEY_LENGTH = 1000
+MAX_KEY_BYTES = 2000
 
 
 def check_name(kind: str, value: object, limit: int = MAX_NAME_LENGTH) -> str:
@@ -172,6 +173,10 @@ class Task(Generic[P, R]):
             changes["priority"] = check_int("priority", priority, -_INT32, _INT32)
         if key is not None:
             changes["key"] = check_name("dedup key", key, MAX_KEY_LENGTH)
+            if len(key.encode("utf-8")) > MAX_KEY_BYTES:  # a btree entry holds at most 2704 bytes
+                raise ConfigurationError(
+                    f"dedup key is {len(key.encode('utf-8'))} bytes in UTF-8; the limit is {MAX_KEY_BYTES}"
+                )
         if queue is not None:
             changes["queue"] = check_name("queue name", queue)
         if max_attempts is not None:
