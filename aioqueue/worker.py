@@ -272,9 +272,11 @@ class Worker:
             async with receive:
                 for _ in range(self.concurrency):
                     runners.start_soon(self._runner, receive.clone(), executor, completer)
-            self.ready.set()
-            async with send:
-                await self._produce(producer, completer, holdings, send, burst)
+            try:
+                async with send:
+                    await self._produce(producer, completer, holdings, send, burst)
+            finally:
+                self.ready.set()
             runners.start_soon(self._enforce_grace, executor, runners.cancel_scope)
 
     async def _produce(
@@ -297,11 +299,13 @@ class Worker:
                     for q in producer.queues
                 ]
                 free = min(free, sum(per_queue))
-            if free < min_claim or free <= 0 or len(completer) > backlog_limit:
+            # Below min_claim, wait for a bigger refill only while jobs in hand keep us busy.
+            if free <= 0 or (free < min_claim and self._active) or len(completer) > backlog_limit:
                 self._capacity.clear()
                 await self._capacity.wait(self.poll_interval)
                 continue
             jobs = await producer.claim_with_retry(free, lambda: self._stop, per_queue)
+            self.ready.set()  # listening, and has looked for work once
             if jobs:
                 self._counts["claimed"] = self._counts.get("claimed", 0) + len(jobs)
                 self._idle.clear()
