@@ -267,8 +267,15 @@ def run_worker_command(args: argparse.Namespace) -> int:
 
     # Check once here: children that cannot start would only be restarted over and over.
     run_async(_check_schema, queue)
+    env = None
+    if getattr(args, "dsn", None):
+        # Through the environment, not argv: a DSN may hold a password, and argv is public.
+        env = {**os.environ, "AIOQUEUE_DSN": args.dsn}
     supervisor = Supervisor(
-        lambda slot: _child_command(args, slot), args.processes, shutdown_timeout=args.grace_period + 30.0
+        lambda slot: _child_command(args, slot),
+        args.processes,
+        shutdown_timeout=args.grace_period + 30.0,
+        env=env,
     )
     return run_async(supervisor.run)
 
@@ -293,8 +300,6 @@ def _child_command(args: argparse.Namespace, slot: int) -> list[str]:
     if getattr(args, "schema", None):
         command += ["--schema", args.schema]
     if getattr(args, "dsn", None):
-        # Through the environment, not argv: a DSN may hold a password, and argv is public.
-        os.environ["AIOQUEUE_DSN"] = args.dsn
         command.append("--dsn-from-env")
     if args.metrics_port is not None:
         command += ["--metrics-port", str(args.metrics_port + slot), "--metrics-addr", args.metrics_addr]

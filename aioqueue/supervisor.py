@@ -17,7 +17,7 @@ import logging
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import anyio
 from anyio.abc import Process
@@ -50,9 +50,11 @@ class Supervisor:
         restart_delay: float = 0.5,
         max_restart_delay: float = 30.0,
         min_uptime: float = 10.0,
+        env: Mapping[str, str] | None = None,
         handle_signals: bool = True,
     ) -> None:
         self.command = command
+        self.env = env
         self.processes = processes
         self.shutdown_timeout = shutdown_timeout
         self.restart_delay = restart_delay
@@ -86,7 +88,12 @@ class Supervisor:
         while not self._stopping.is_set():
             started = time.monotonic()
             async with await anyio.open_process(
-                list(self.command(slot)), stdin=subprocess.DEVNULL, stdout=None, stderr=None, start_new_session=True
+                list(self.command(slot)),
+                stdin=subprocess.DEVNULL,
+                stdout=None,
+                stderr=None,
+                env=self.env,
+                start_new_session=True,
             ) as process:
                 self.children[slot] = process
                 logger.info("worker process %d started (pid %d)", slot, process.pid)

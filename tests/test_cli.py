@@ -129,6 +129,16 @@ async def test_no_database_is_a_clear_error() -> None:
     assert "Traceback" not in err
 
 
+async def test_console_script_is_the_same_command(dsn: str) -> None:
+    script = Path(sys.executable).parent / "aioqueue"
+    if not script.exists():
+        pytest.skip("the aioqueue console script is not installed in this environment")
+    with anyio.fail_after(20):
+        result = await anyio.run_process([str(script), "status", "--json"], env=cli_env(dsn), check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    assert json.loads(result.stdout) == []
+
+
 async def test_migrate_prints_sql_then_applies(empty_dsn: str) -> None:
     status, out, err = await aioqueue_cli("migrate", "--sql", dsn=empty_dsn)
     assert status == 0, err
@@ -316,10 +326,16 @@ async def test_processes_share_the_load_and_crashed_ones_restart(
         now = psutil.Process(process.pid).children()
         assert len(now) == 2 and children[0].pid not in {c.pid for c in now}
 
+        # SIGTERM to the supervisor: the children drain the job they are running, then exit.
+        async with aioqueue.Queue(dsn) as queue:
+            await _task(queue, "record", "cli").enqueue(n=100, sleep=0.5)
+        await eventually(lambda: _begun(db, 100), what="the last job's handler to start")
         process.send_signal(signal.SIGTERM)
         with anyio.fail_after(15):
             assert await process.wait() == 0
         assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in now)
+    assert await db.fetchval("SELECT count(*) FROM seen WHERE n = 100") == 1
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
     assert "all 2 worker processes stopped" in output.text
 
 
