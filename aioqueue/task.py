@@ -131,6 +131,13 @@ class Task(Generic[P, R]):
         self.retry = retry
         self.archive = bool(archive)
         self.signature = signature
+        # For the fast path of keyword-only calls (bulk enqueue): which names are accepted
+        # (None: any, the function takes **kwargs) and which must be given.
+        params = signature.parameters.values()
+        self._names: frozenset[str] | None = (
+            None if any(p.kind is p.VAR_KEYWORD for p in params) else frozenset(signature.parameters)
+        )
+        self._required = frozenset(p.name for p in params if p.default is p.empty)
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
 
@@ -198,6 +205,11 @@ class Task(Generic[P, R]):
 
     def bind_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Check a call against the signature and return its arguments by name."""
+        if not args and self._names is not None:
+            # The checks bind() makes for a keyword call, without its cost (bulk enqueue).
+            keys = kwargs.keys()
+            if keys <= self._names and self._required <= keys:
+                return dict(kwargs)
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:

@@ -1,0 +1,177 @@
+"""Guard the plans of the hot statements: the claim reads pending jobs through
+``jobs_ready_idx`` and never scans the table, and the finishing writes find their rows by
+primary key, in the states that have misled the planner before: fresh statistics, statistics
+taken before a burst (autovacuum has not analysed yet), dead index entries left at the head of
+the ready index by a fast drain, a deep history of archived and dead jobs, and the generic plan
+a prepared statement switches to after a few executions.
+
+Plans only, never timings: speed is the benchmark's business.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import asyncpg
+import pytest
+
+from aioqueue.queries import for_schema
+
+Q = for_schema("aioqueue")
+CLAIM_ARGS: tuple[Any, ...] = (["default"], [10], "plan-test", 300.0, 10)
+CLAIM_PARAMS = "text[], int[], text, float8, bigint"
+COMPLETE_PARAMS = "bigint[], int[], text[], text"
+
+
+def scans(plan: dict[str, Any]) -> list[tuple[str, str | None, str]]:
+    """Every scan of a table in the plan: (node type, index name, relation)."""
+    found: list[tuple[str, str | None, str]] = []
+
+    def walk(node: dict[str, Any]) -> None:
+        if "Relation Name" in node and node["Node Type"] != "ModifyTable":
+            found.append((node["Node Type"], node.get("Index Name"), node["Relation Name"]))
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan["Plan"])
+    return found
+
+
+async def explain(db: asyncpg.Connection, sql: str, *args: Any) -> dict[str, Any]:
+    """The plan the server picks for ``sql`` with these values (custom plan, not executed)."""
+    raw = await db.fetchval("EXPLAIN (FORMAT JSON) " + sql, *args)
+    plan: dict[str, Any] = json.loads(raw)[0]
+    return plan
+
+
+async def explain_generic(db: asyncpg.Connection, sql: str, types: str, values: str) -> dict[str, Any]:
+    """The generic plan (no parameter values) a prepared statement may switch to."""
+    await db.execute(f"PREPARE plan_probe ({types}) AS {sql}")
+    await db.execute("SET plan_cache_mode = force_generic_plan")
+    try:
+        raw = await db.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE plan_probe ({values})")
+    finally:
+        await db.execute("RESET plan_cache_mode")
+        await db.execute("DEALLOCATE plan_probe")
+    plan: dict[str, Any] = json.loads(raw)[0]
+    return plan
+
+
+def assert_claim_reads_ready_index(plan: dict[str, Any]) -> None:
+    on_jobs = [(kind, index) for kind, index, rel in scans(plan) if rel == "jobs"]
+    assert ("Index Scan", "jobs_ready_idx") in on_jobs, on_jobs
+    assert all(kind != "Seq Scan" for kind, _ in on_jobs), on_jobs
+    assert all(index != "jobs_dead_idx" for _, index in on_jobs), on_jobs
+    assert not [s for s in scans(plan) if s[2] == "jobs_done"], "the claim must not read the archive"
+
+
+def assert_found_by_primary_key(plan: dict[str, Any], *, small_batch: bool = True) -> None:
+    """A few rows are looked up by primary key. A batch that is large next to the table may be
+    hashed against one scan of it instead (linear); but never a loop over jobs_lease_idx."""
+    on_jobs = [(kind, index) for kind, index, rel in scans(plan) if rel == "jobs"]
+    assert on_jobs, plan
+    assert all(index != "jobs_lease_idx" for _, index in on_jobs), on_jobs
+    if small_batch:
+        assert all(index == "jobs_pkey" for _, index in on_jobs), on_jobs
+
+
+async def pending(db: asyncpg.Connection, n: int) -> None:
+    await db.execute(
+        "INSERT INTO aioqueue.jobs (queue, task, args) "
+        "SELECT 'default', 'noop', '{}' FROM generate_series(1, $1)",
+        n,
+    )
+
+
+async def drain(db: asyncpg.Connection, batch: int = 500) -> int:
+    """Claim and complete every ready job with the library's statements, as a fast worker does."""
+    done = 0
+    while rows := await db.fetch(Q.claim, ["default"], [batch], "plan-test", 300.0, batch):
+        await db.execute(Q.complete, [r["id"] for r in rows], [r["attempts"] for r in rows],
+                         [None] * len(rows), "plan-test")
+        done += len(rows)
+    return done
+
+
+async def claimed_ids(db: asyncpg.Connection, n: int) -> tuple[list[int], list[int]]:
+    rows = await db.fetch(Q.claim, ["default"], [n], "plan-test", 300.0, n)
+    return [r["id"] for r in rows], [r["attempts"] for r in rows]
+
+
+async def no_autovacuum(db: asyncpg.Connection) -> None:
+    """Keep the statistics as the test leaves them (autovacuum would analyse mid-test)."""
+    await db.execute("ALTER TABLE aioqueue.jobs SET (autovacuum_enabled = false)")
+
+
+async def test_claim_uses_ready_index_with_fresh_statistics(db: asyncpg.Connection) -> None:
+    await pending(db, 20_000)
+    await db.execute("ANALYZE aioqueue.jobs")
+    assert_claim_reads_ready_index(await explain(db, Q.claim, *CLAIM_ARGS))
+
+
+async def test_claim_uses_ready_index_when_statistics_predate_a_burst(db: asyncpg.Connection) -> None:
+    await no_autovacuum(db)
+    await db.execute("ANALYZE aioqueue.jobs")  # statistics of the empty table
+    await pending(db, 50_000)  # the burst, before any ANALYZE
+    assert_claim_reads_ready_index(await explain(db, Q.claim, *CLAIM_ARGS))
+    assert_claim_reads_ready_index(await explain(db, Q.claim, ["default"], [1000], "plan-test", 300.0, 1000))
+    generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10")
+    assert_claim_reads_ready_index(generic)
+
+
+async def test_claim_uses_ready_index_after_a_fast_drain(db: asyncpg.Connection) -> None:
+    await no_autovacuum(db)
+    await pending(db, 20_000)
+    await db.execute("ANALYZE aioqueue.jobs")
+    assert await drain(db) == 20_000  # leaves 20,000 dead entries at the head of the ready index
+    await pending(db, 20_000)
+    assert_claim_reads_ready_index(await explain(db, Q.claim, *CLAIM_ARGS))
+    generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10")
+    assert_claim_reads_ready_index(generic)
+    assert await drain(db) == 20_000  # and the claim still takes every job, none twice
+
+
+@pytest.mark.parametrize("analyze", [True, False], ids=["analyzed", "stale"])
+async def test_claim_uses_ready_index_with_a_deep_history(db: asyncpg.Connection, analyze: bool) -> None:
+    await no_autovacuum(db)
+    if not analyze:
+        await db.execute("ANALYZE aioqueue.jobs")
+        await db.execute("ANALYZE aioqueue.jobs_done")
+    await db.execute(
+        "INSERT INTO aioqueue.jobs_done (id, queue, task, args, status, priority, attempts, created_at) "
+        "SELECT g, 'default', 'noop', '{}', 'succeeded', 0, 1, now() FROM generate_series(1, 200000) AS g"
+    )
+    await db.execute(
+        "INSERT INTO aioqueue.jobs (queue, task, args, status, attempts, last_error) "
+        "SELECT 'default', 'noop', '{}', 'dead', 5, 'boom' FROM generate_series(1, 20000)"
+    )
+    await pending(db, 100)
+    if analyze:
+        await db.execute("ANALYZE aioqueue.jobs")
+        await db.execute("ANALYZE aioqueue.jobs_done")
+    assert_claim_reads_ready_index(await explain(db, Q.claim, *CLAIM_ARGS))
+    generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10")
+    assert_claim_reads_ready_index(generic)
+
+
+@pytest.mark.parametrize("batch", [10, 1000])
+async def test_finishing_writes_find_rows_by_primary_key_with_stale_statistics(
+    db: asyncpg.Connection, batch: int
+) -> None:
+    # Statistics taken while nothing ran make jobs_lease_idx (running rows only) look empty;
+    # a nested loop over it for every finished job is quadratic in the batch.
+    await no_autovacuum(db)
+    await pending(db, 50_000)
+    await db.execute("ANALYZE aioqueue.jobs")
+    ids, attempts = await claimed_ids(db, batch)
+    assert len(ids) == batch
+    small = batch <= 100
+    plan = await explain(db, Q.complete, ids, attempts, [None] * batch, "plan-test")
+    assert_found_by_primary_key(plan, small_batch=small)
+    plan = await explain(db, Q.extend_leases, ids, attempts, 300.0)
+    assert_found_by_primary_key(plan, small_batch=small)
+    plan = await explain(db, Q.reschedule, ids, attempts, [0.0] * batch, [None] * batch)
+    assert_found_by_primary_key(plan, small_batch=small)
+    generic = await explain_generic(db, Q.complete, COMPLETE_PARAMS, "'{1,2}', '{1,1}', '{NULL,NULL}', 'c'")
+    assert_found_by_primary_key(generic)
