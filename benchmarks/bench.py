@@ -818,6 +818,46 @@ def ratios(results: Results, competitors: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def targets(results: Results, sizes: Sizes) -> list[str]:
+    """Issue 3's targets, checked against the medians this run produced."""
+    out: list[str] = []
+
+    def best(scenario: str, metric: str) -> tuple[str, float] | None:
+        found = [(r.system, r.median) for r in results.items.values()
+                 if r.scenario == scenario and r.metric == metric and r.system.startswith("aioqueue")]
+        return max(found, key=lambda x: x[1]) if found else None
+
+    def line(ok: bool, text: str) -> None:
+        out.append(f"  [{'met' if ok else 'NOT met'}] {text}")
+
+    drain = best("drain", "1 process, concurrency 10")
+    if drain:
+        line(drain[1] >= 40_000, f"drain >= 40,000 jobs/s in one process: {drain[1]:,.0f} ({drain[0]}, concurrency 10)")
+        if (pgq := results.get("drain", "pgqueuer", "1 process, concurrency 10")) is not None:
+            ratio = drain[1] / pgq.median
+            line(ratio >= 12, f"drain >= 12x pgqueuer in the same run: {ratio:.1f}x")
+    bulk = results.get("enqueue", "aioqueue", f"bulk, {sizes.enqueue_bulk} per call")
+    if bulk is not None:
+        line(bulk.median >= 80_000, f"bulk enqueue >= 80,000 jobs/s: {bulk.median:,.0f}")
+    p50 = results.get("latency", "aioqueue", "commit seen -> handler start, p50")
+    p99 = results.get("latency", "aioqueue", "commit seen -> handler start, p99")
+    if p50 is not None and p99 is not None:
+        line(p50.median <= 1.0, f"idle wake-up p50 <= 1 ms (commit seen -> handler start): {p50.median:.2f} ms")
+        line(p99.median <= 5.0, f"idle wake-up p99 <= 5 ms (commit seen -> handler start): {p99.median:.2f} ms")
+    empty = results.get("claim", "aioqueue", "claim 10, empty history: server execution")
+    deep = [r for r in results.items.values() if r.scenario == "claim" and "archived" in r.metric
+            and r.metric.endswith("server execution")]
+    if empty is not None and deep:
+        ratio = deep[0].median / empty.median
+        line(ratio <= 1.2, f"claim with a deep history within 20% of an empty table's: {ratio:.2f}x "
+                           f"({deep[0].median:.3f} vs {empty.median:.3f} ms)")
+    for r in results.items.values():
+        if r.scenario == "memory":
+            line(r.median < 150, f"worker memory with a {sizes.memory_backlog:,}-job backlog < 150 MB: "
+                                 f"{r.median:.1f} MB ({r.system})")
+    return out
+
+
 def render(env: dict[str, Any], plan: Plan, results: Results, argv: list[str]) -> str:
     lines = [
         "aioqueue benchmark: " + " ".join(["python", "benchmarks/bench.py", *argv]),
@@ -828,17 +868,23 @@ def render(env: dict[str, Any], plan: Plan, results: Results, argv: list[str]) -
         f"  median of {plan.repeat} run(s); each measurement in a fresh database; no-op handlers",
         "",
     ]
-    header = f"{'scenario':<13} {'system':<32} {'metric':<46} {'median':>12}  {'unit':<6} {'min..max':<22} note"
+    width = max([len(r.metric) for r in results.items.values()] + [6])
+    header = f"{'scenario':<13} {'system':<25} {'metric':<{width}} {'median':>10}  {'unit':<6} {'min..max':<18} note"
     lines += [header, "-" * len(header)]
     for r in results.items.values():
         spread = f"{min(r.values):,.4g}..{max(r.values):,.4g}" if len(r.values) > 1 else ""
         value = {"jobs/s": f"{r.median:,.0f}", "ms": f"{r.median:,.3f}"}.get(r.unit, f"{r.median:,.1f}")
-        lines.append(f"{r.scenario:<13} {r.system:<32} {r.metric:<46} {value:>12}  {r.unit:<6} {spread:<22} {r.note}")
+        lines.append(
+            f"{r.scenario:<13} {r.system:<25} {r.metric:<{width}} {value:>10}  {r.unit:<6} {spread:<18} {r.note}"
+        )
+    checked = targets(results, plan.sizes)
+    if checked:
+        lines += ["", "targets (issue 3):", *checked]
     rs = ratios(results, plan.competitors)
     if rs:
         lines += ["", "aioqueue vs the others (same run; >1 means aioqueue is better):"]
         for x in rs:
-            lines.append(f"  {x['scenario']:<9} {x['metric']:<46} {x['aioqueue']:<26} vs {x['vs']:<14} "
+            lines.append(f"  {x['scenario']:<9} {x['metric']:<{width}} {x['aioqueue']:<25} vs {x['vs']:<14} "
                          f"{x['times_better']:8.2f}x")
     return "\n".join(lines)
 
@@ -905,6 +951,7 @@ def main(argv: list[str] | None = None) -> None:
             "sizes": dataclasses.asdict(plan.sizes),
             "results": [dataclasses.asdict(r) | {"median": r.median} for r in results.items.values()],
             "ratios": ratios(results, plan.competitors),
+            "targets": targets(results, plan.sizes),
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
         progress(f"wrote {args.json}")
