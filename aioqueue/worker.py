@@ -216,6 +216,7 @@ class Worker:
             queues=queues,
             lease=self.lease,
             poll_interval=self.poll_interval,
+            dedicated=True,
         )
         self.heartbeat = Heartbeat(
             self.app,
@@ -256,6 +257,8 @@ class Worker:
                     services.cancel_scope.cancel()
         finally:
             await self._final_flush(completer)
+            with anyio.CancelScope(shield=True):
+                await producer.close()
             logger.info("worker %s stopped: %s", self.name, self.stats)
 
     async def _work(
