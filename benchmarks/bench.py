@@ -411,7 +411,7 @@ async def aioqueue_latency(dsn: str, samples: int) -> tuple[list[float], list[fl
                 await worker.ready.wait()
             for i in range(samples + 1):
                 started = anyio.Event()
-                await anyio.sleep(0.002)  # let the worker settle back to idle
+                await anyio.sleep(0.02)  # idle: the previous outcome is written, nothing in flight
                 t0 = time.perf_counter()
                 await task.enqueue()
                 t1 = time.perf_counter()

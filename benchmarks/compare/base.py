@@ -83,7 +83,8 @@ class Competitor(Protocol):
 
         Each sample is ``handler_start - t0`` where ``t0`` is taken immediately before
         the enqueue call (so it includes the enqueue's own round trip and commit). The
-        next job is enqueued only after the previous one has started.
+        next job is enqueued only after the previous one has started and a short idle
+        gap (20 ms) has passed, so that each sample meets an idle worker.
         """
         ...
 

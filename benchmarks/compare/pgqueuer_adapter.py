@@ -36,6 +36,10 @@ from pgqueuer.queries import Queries
 
 from .base import CompetitorError, JobTracker, split_evenly, stop_task
 
+#: Pause before each latency sample, so that every sample meets an idle worker (same as
+#: aioqueue's own latency scenario in benchmarks/bench.py).
+IDLE_GAP = 0.02
+
 __all__ = ["PgQueuerAdapter"]
 
 WorkerDriver = Literal["pool", "connection"]
@@ -176,6 +180,7 @@ class PgQueuerAdapter:
 
     async def _one_job(self, producer: Queries, worker: asyncio.Task[None], what: str) -> float:
         """Enqueue one job, wait until its handler starts; return the pre-enqueue time."""
+        await asyncio.sleep(IDLE_GAP)  # the worker is idle again: the last job's writes are done
         self._tracker.reset(1)
         t0 = time.perf_counter()
         await producer.enqueue(self.entrypoint, None)

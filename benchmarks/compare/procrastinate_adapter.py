@@ -40,6 +40,10 @@ from procrastinate.tasks import Task
 
 from .base import CompetitorError, JobTracker, split_evenly, stop_task
 
+#: Pause before each latency sample, so that every sample meets an idle worker (same as
+#: aioqueue's own latency scenario in benchmarks/bench.py).
+IDLE_GAP = 0.02
+
 __all__ = ["ProcrastinateAdapter"]
 
 NoopTask: TypeAlias = Task[[], Coroutine[Any, Any, None], []]
@@ -157,6 +161,7 @@ class ProcrastinateAdapter:
 
     async def _one_job(self, noop: NoopTask, worker: asyncio.Task[None], what: str) -> float:
         """Defer one job, wait until its handler starts; return the pre-defer time."""
+        await asyncio.sleep(IDLE_GAP)  # the worker is idle again: the last job's writes are done
         self._tracker.reset(1)
         t0 = time.perf_counter()
         await noop.defer_async()
