@@ -86,7 +86,7 @@ class Producer:
                     rows = await conn.fetch(q.claim, *args)
             else:
                 rows = await conn.fetch(q.claim, *args)
-        return [Job.from_record(row) for row in rows]
+        return Job.from_records(rows)
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[Connection]:
