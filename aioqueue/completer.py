@@ -49,12 +49,13 @@ class _Batch:
     def __len__(self) -> int:
         return len(self.done_ids) + len(self.failures) + len(self.reschedules) + len(self.cancels)
 
-    def job_ids(self) -> list[int]:
+    def claims(self) -> list[tuple[int, int]]:
+        """The (job id, attempt) of every outcome in the batch."""
         return [
-            *self.done_ids,
-            *(f.job_id for f in self.failures),
-            *(r[0] for r in self.reschedules),
-            *(c[0] for c in self.cancels),
+            *zip(self.done_ids, self.done_attempts, strict=True),
+            *((f.job_id, f.attempt) for f in self.failures),
+            *((r[0], r[1]) for r in self.reschedules),
+            *self.cancels,
         ]
 
 
@@ -67,12 +68,15 @@ class Completer:
         *,
         batch_size: int = 1000,
         interval: float = 0.002,
-        on_written: Callable[[list[int]], None] = lambda ids: None,
+        on_written: Callable[[list[tuple[int, int]]], None] = lambda claims: None,
     ) -> None:
         self.app = app
         self.batch_size = batch_size
         self.interval = interval
         self.on_written = on_written
+        # Ids of jobs whose outcome is being written right now: the heartbeat must not take a
+        # job that vanished under such a write for a lost lease.
+        self.writing: set[int] = set()
         self._batch = _Batch()
         self._ready = Flag()
         self._idle = Flag()
@@ -140,13 +144,18 @@ class Completer:
         while len(self._batch):
             batch, self._batch = self._batch, _Batch()
             self._ready.clear()
-            ids = batch.job_ids()
+            claims = batch.claims()
+            self.writing.update(job_id for job_id, _ in claims)
             try:
                 await self._write(batch)
             except BaseException:
+                unwritten = set(batch.claims())
+                self.on_written([c for c in claims if c not in unwritten])
                 self._merge_back(batch)
                 raise
-            self.on_written(ids)
+            finally:
+                self.writing.difference_update(job_id for job_id, _ in claims)
+            self.on_written(claims)
         self._idle.set()
 
     async def wait_idle(self, timeout: float | None = None) -> bool:

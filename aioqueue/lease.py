@@ -31,12 +31,14 @@ class Heartbeat:
         lease: float,
         interval: float,
         on_lost: Callable[[int], object],
+        writing: set[int] | None = None,
     ) -> None:
         self.app = app
         self.holdings = holdings
         self.lease = lease
         self.interval = interval
         self.on_lost = on_lost
+        self.writing = writing if writing is not None else set()
         self.beats = 0
 
     async def beat(self) -> list[int]:
@@ -50,8 +52,10 @@ class Heartbeat:
             )
         self.beats += 1
         kept = {r["id"] for r in rows}
-        # Jobs whose outcome was written meanwhile left `holdings`: they are not lost.
-        lost = [i for i, a in held.items() if i not in kept and self.holdings.get(i) == a]
+        # A job whose outcome was written meanwhile (or is being written) is gone, not lost.
+        lost = [
+            i for i, a in held.items() if i not in kept and self.holdings.get(i) == a and i not in self.writing
+        ]
         for job_id in lost:
             self.holdings.pop(job_id, None)
             self.on_lost(job_id)

@@ -198,9 +198,11 @@ class Worker:
             raise ConfigurationError("the worker has no queues: register a task or pass queues=[...]")
         holdings: dict[int, int] = {}
 
-        def written(ids: list[int]) -> None:
-            for job_id in ids:
-                holdings.pop(job_id, None)
+        def written(claims: list[tuple[int, int]]) -> None:
+            for job_id, attempt in claims:
+                # Only that claim: the job may already be held again under a newer attempt.
+                if holdings.get(job_id) == attempt:
+                    del holdings[job_id]
 
         self._counts = {}
         completer = Completer(
@@ -223,6 +225,7 @@ class Worker:
             holdings,
             lease=self.lease,
             interval=self.heartbeat_interval,
+            writing=completer.writing,
             on_lost=functools.partial(executor.interrupt, reason=Interrupt.LEASE_LOST),
         )
         self.maintenance = Maintenance(
