@@ -384,6 +384,7 @@ class Worker:
 
     async def _watch_cancels(self, holdings: dict[int, int]) -> None:
         """Poll for cancel requests of held jobs: the backstop for a lost notification."""
+        failing = False
         while True:
             await anyio.sleep(self.poll_interval)
             if not holdings or self.executor is None:
@@ -393,8 +394,11 @@ class Worker:
                 async with self.app.connection() as conn:
                     rows = await conn.fetch(self.app.queries.cancel_requests, list(held), list(held.values()))
             except Exception as exc:
-                logger.warning("checking for cancel requests failed (%s: %s)", type(exc).__name__, exc)
+                if not failing:  # once per outage, not once a tick
+                    logger.warning("checking for cancel requests failed (%s: %s)", type(exc).__name__, exc)
+                failing = True
                 continue
+            failing = False
             for row in rows:
                 self.executor.interrupt(row["id"], Interrupt.CANCELLED)
 
