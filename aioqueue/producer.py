@@ -8,17 +8,13 @@ holds a transaction open beyond the claim.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-import anyio
-import asyncpg
-
-from .job import Connection, Job
+from .job import Job
 from .signal import Flag
 
 if TYPE_CHECKING:
@@ -38,7 +34,6 @@ class Producer:
         queues: Sequence[str],
         lease: float,
         poll_interval: float,
-        dedicated: bool = False,
     ) -> None:
         self.app = app
         self.worker_id = worker_id
@@ -52,12 +47,6 @@ class Producer:
         self.limited: list[str] = []
         self.limits_refresh = max(poll_interval, 1.0)
         self._limits_read_at = -math.inf
-        # A worker's producer claims on a connection of its own (when the queue has a DSN)
-        # that uses generic plans: the claim costs more to plan (~0.5 ms) than to run, and its
-        # plan never depends on the values. Session-wide, generic plans would hurt other
-        # statements (purge_dead by ids), so the pool keeps the default. Closed by close().
-        self.dedicated = dedicated
-        self._conn: asyncpg.Connection[Any] | None = None
 
     def wake(self, queue: str | None = None) -> None:
         """Look for jobs now (``queue``: the queue a notification named, if any)."""
@@ -75,7 +64,7 @@ class Producer:
         q = self.app.queries
         wants = list(per_queue) if per_queue is not None else [limit] * len(self.queues)
         args = (self.queues, wants, self.worker_id, self.lease, limit)
-        async with self._connection() as conn:
+        async with self.app.connection() as conn:
             now = time.monotonic()
             if now - self._limits_read_at >= self.limits_refresh:
                 self.limited = [r["name"] for r in await conn.fetch(q.limited_queues, self.queues)]
@@ -87,36 +76,6 @@ class Producer:
             else:
                 rows = await conn.fetch(q.claim, *args)
         return Job.from_records(rows)
-
-    @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Connection]:
-        dsn, kwargs = self.app.connect_params()
-        if not self.dedicated or dsn is None:
-            async with self.app.connection() as pooled:
-                yield pooled
-            return
-        if self._conn is None or self._conn.is_closed():
-            settings = {"plan_cache_mode": "force_generic_plan", **kwargs.pop("server_settings", {})}
-            self._conn = await asyncpg.connect(dsn, server_settings=settings, **kwargs)
-        try:
-            async with self.app.connection(self._conn) as conn:
-                yield conn
-        except BaseException:
-            # Broken, or interrupted mid-statement: drop it; the next claim connects afresh.
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                conn.terminate()
-            raise
-
-    async def close(self) -> None:
-        """Close the claiming connection, if one is open."""
-        conn, self._conn = self._conn, None
-        if conn is not None and not conn.is_closed():
-            try:
-                with anyio.fail_after(2):
-                    await conn.close()
-            except Exception:
-                conn.terminate()
 
     async def wait(self) -> None:
         """Wait for a notification or the poll tick, whichever comes first."""

@@ -218,7 +218,6 @@ class Worker:
             queues=queues,
             lease=self.lease,
             poll_interval=self.poll_interval,
-            dedicated=True,
         )
         self.heartbeat = Heartbeat(
             self.app,
@@ -260,8 +259,6 @@ class Worker:
                     services.cancel_scope.cancel()
         finally:
             await self._final_flush(completer)
-            with anyio.CancelScope(shield=True):
-                await producer.close()
             logger.info("worker %s stopped: %s", self.name, self.stats)
 
     async def _work(
