@@ -2,8 +2,8 @@
 ``jobs_ready_idx`` and never scans the table, and the finishing writes find their rows by
 primary key, in the states that have misled the planner before: fresh statistics, statistics
 taken before a burst (autovacuum has not analysed yet), dead index entries left at the head of
-the ready index by a fast drain, a deep history of archived and dead jobs; and the generic plan,
-which the worker's claiming connection always uses and a prepared statement may switch to.
+the ready index by a fast drain, a deep history of archived and dead jobs; and the generic plan
+a prepared statement may switch to after a few executions.
 
 Plans only, never timings: speed is the benchmark's business.
 """
@@ -108,7 +108,6 @@ async def test_claim_uses_ready_index_with_fresh_statistics(db: asyncpg.Connecti
     await pending(db, 20_000)
     await db.execute("ANALYZE aioqueue.jobs")
     assert_claim_reads_ready_index(await explain(db, Q.claim, *CLAIM_ARGS))
-    # The worker's producer claims with generic plans (see producer.py).
     generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10")
     assert_claim_reads_ready_index(generic)
 
