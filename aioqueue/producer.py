@@ -74,7 +74,7 @@ class Producer:
                     await conn.execute(q.lock_queues, self.limited)
                     rows = await conn.fetch(q.claim, *args)
             else:
-                rows = await conn.fetch(q.claim, *args)
+                rows = await conn.fetch(q.claim_unlimited, *args)
         return Job.from_records(rows)
 
     async def wait(self) -> None:

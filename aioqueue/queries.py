@@ -36,6 +36,7 @@ class Queries:
     enqueue: str
     enqueue_many: str
     claim: str
+    claim_unlimited: str
     lock_queues: str
     limited_queues: str
     set_paused: str

@@ -101,6 +101,40 @@ started AS (
 )
 SELECT * FROM claimed;
 
+-- name: claim_unlimited
+-- The claim when none of the queues $1 has a global limit, the common case: the same as claim
+-- without the limits' arithmetic, which makes it several times cheaper to plan. A paused queue
+-- is still skipped.
+WITH wanted AS (
+    SELECT w.queue, w.n
+    FROM unnest($1::text[], $2::int[]) AS w(queue, n)
+    WHERE NOT EXISTS (SELECT FROM {schema}.queues AS s WHERE s.name = w.queue AND s.paused)
+),
+picked AS MATERIALIZED (
+    SELECT c.id
+    FROM wanted
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at
+        FROM {schema}.jobs AS j
+        WHERE j.status = 'pending' AND j.queue = wanted.queue AND j.run_at <= now()
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT wanted.n
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT $5
+)
+UPDATE {schema}.jobs AS j
+SET status = 'running',
+    attempts = j.attempts + 1,
+    locked_at = now(),
+    locked_by = $3,
+    lease_expires_at = now() + make_interval(secs => $4)
+-- By primary key, never a hash join over a scan of the whole table.
+WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
+RETURNING j.id, j.queue, j.task, j.args::text AS args, j.priority, j.attempts, j.max_attempts,
+          j.run_at, j.created_at;
+
 -- name: lock_queues
 -- Lock the rows of the limited queues among $1, in name order, so that claims on them take
 -- turns and each sees the others' claims (the claim that follows gets a fresh snapshot).

@@ -177,3 +177,20 @@ async def test_finishing_writes_find_rows_by_primary_key_with_stale_statistics(
     assert_found_by_primary_key(plan, small_batch=small)
     generic = await explain_generic(db, Q.complete, COMPLETE_PARAMS, "'{1,2}', '{1,1}', '{NULL,NULL}', 'c'")
     assert_found_by_primary_key(generic)
+
+
+async def test_unlimited_claim_uses_ready_index_in_every_state(db: asyncpg.Connection) -> None:
+    """The claim used when no queue has a global limit: the same guarantees as the full one."""
+    await no_autovacuum(db)
+    await db.execute("ANALYZE aioqueue.jobs")  # statistics of the empty table
+    await pending(db, 50_000)  # a burst before any ANALYZE
+    assert_claim_reads_ready_index(await explain(db, Q.claim_unlimited, *CLAIM_ARGS))
+    assert await drain(db) == 50_000  # dead entries at the head of the ready index
+    await pending(db, 20_000)
+    assert_claim_reads_ready_index(await explain(db, Q.claim_unlimited, *CLAIM_ARGS))
+    await db.execute("ANALYZE aioqueue.jobs")
+    assert_claim_reads_ready_index(await explain(db, Q.claim_unlimited, *CLAIM_ARGS))
+    generic = await explain_generic(
+        db, Q.claim_unlimited, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10"
+    )
+    assert_claim_reads_ready_index(generic)
