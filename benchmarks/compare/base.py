@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "CompetitorTimeout",
     "JobTracker",
     "WorkerDied",
+    "concurrent_callers",
     "split_evenly",
     "stop_task",
     "timed",
@@ -209,3 +210,13 @@ async def timed(coro: Coroutine[Any, Any, object]) -> float:
     start = time.perf_counter()
     await coro
     return time.perf_counter() - start
+
+
+async def concurrent_callers(
+    n: int, callers: int, caller: Callable[[int], Awaitable[int]]
+) -> tuple[float, int]:
+    """Split *n* calls over *callers* concurrent ``caller(count)`` coroutines, each returning how
+    many it did; return (seconds taken, total done)."""
+    start = time.perf_counter()
+    counts = await asyncio.gather(*(caller(k) for k in split_evenly(n, callers)))
+    return time.perf_counter() - start, sum(counts)

@@ -38,7 +38,7 @@ from typing import Any, TypeAlias
 import procrastinate
 from procrastinate.tasks import Task
 
-from .base import CompetitorError, JobTracker, split_evenly, stop_task
+from .base import CompetitorError, JobTracker, concurrent_callers, stop_task
 
 #: Pause before each latency sample, so that every sample meets an idle worker (same as
 #: aioqueue's own latency scenario in benchmarks/bench.py).
@@ -122,10 +122,8 @@ class ProcrastinateAdapter:
                     await noop.defer_async()
                 return count
 
-            start = time.perf_counter()
-            counts = await asyncio.gather(*(caller(k) for k in split_evenly(n, callers)))
-            elapsed = time.perf_counter() - start
-            await self._purge(app, expected=n, got=sum(counts))
+            elapsed, done = await concurrent_callers(n, callers, caller)
+            await self._purge(app, expected=n, got=done)
         return elapsed
 
     async def drain(self, n: int, concurrency: int) -> float:
