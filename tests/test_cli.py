@@ -335,7 +335,11 @@ async def test_processes_share_the_load_and_crashed_ones_restart(
             assert await process.wait() == 0
         assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in now)
     assert await db.fetchval("SELECT count(*) FROM seen WHERE n = 100") == 1
-    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+    # Nothing is left but what the SIGKILLed child held with its outcome unwritten: that job
+    # stays running under the dead child's lease until the reaper returns it (at-least-once).
+    left = await db.fetch("SELECT status, locked_by FROM aioqueue.jobs")
+    killed = f":{children[0].pid}:"
+    assert all(r["status"] == "running" and killed in r["locked_by"] for r in left), left
     assert "all 2 worker processes stopped" in output.text
 
 
