@@ -1,39 +1,30 @@
-"""The ``Queue``: where aioqueue meets the user's database.
+"""The ``Queue``: where a user's code meets aioqueue.
 
-It owns the connection pool (or borrows the user's), the schema name, and the registry of
-tasks; it writes jobs (``insert_job``/``insert_jobs``) and answers the operator's calls (status,
-dead jobs, retries). Workers are made from it with ``worker()``. It never runs a handler.
+It holds the registry (tasks, periodic schedules, middleware) and hands out workers; the
+database side (pool, named queries, channels, migrations) belongs to its ``database``, and the
+operator calls (status, dead jobs, cancel, pause, limits, results) to its ``admin``. The methods
+of the same names here are the public face of those two. It never runs a handler.
 """
 
 from __future__ import annotations
 
 import contextlib
-import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack, overload
 
-import anyio
 import asyncpg
 
-from . import migrate as migrations
-from .errors import (
-    AioqueueError,
-    ConfigurationError,
-    ConnectError,
-    JobCancelled,
-    JobFailed,
-    NotRegisteredError,
-    ResultUnavailable,
-    SchemaNotReadyError,
-)
-from .job import Connection, JobInfo, JobRef
+from .admin import Admin
+from .config import WorkerOptions
+from .database import Database
+from .errors import ConfigurationError, NotRegisteredError
+from .job import Connection, JobInfo
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES
 from .periodic import Missed, Periodic
-from .queries import Queries, for_schema, validate_schema
+from .queries import Queries
 from .retry import Backoff
-from .signal import Flag
-from .task import EnqueueOptions, Task, check_int, check_name, check_seconds
+from .task import Task, check_name
 
 if TYPE_CHECKING:
     from .middleware import Middleware
@@ -41,32 +32,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-_SCHEMA_ERRORS = (
-    asyncpg.UndefinedTableError,
-    asyncpg.InvalidSchemaNameError,
-    asyncpg.UndefinedColumnError,
-    asyncpg.UndefinedFunctionError,
-)
-
-
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """Pool reset hook: aioqueue leaves no session state behind, so skip the reset round trip."""
-
-
-def describe_dsn(dsn: str | None) -> str:
-    """Return ``host:port/database`` of a DSN for error messages, without the password."""
-    if not dsn:
-        return "the server named by the PG* environment variables"
-    try:
-        parts = urllib.parse.urlsplit(dsn)
-        query = urllib.parse.parse_qs(parts.query)
-        host = parts.hostname or query.get("host", ["localhost"])[0]
-        port = parts.port or query.get("port", [5432])[0]
-        database = parts.path.lstrip("/") or "(default database)"
-    except ValueError:
-        return "the server of the given DSN"
-    return f"{host}:{port}/{database}"
 
 
 class Queue:
@@ -88,56 +53,62 @@ class Queue:
         connect_timeout: float = 10.0,
         connect_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        if dsn is None and pool is None:
-            raise ConfigurationError("Queue needs a dsn or a pool")
-        if not isinstance(max_payload_bytes, int) or max_payload_bytes < 1:
+        if not isinstance(max_payload_bytes, int) or isinstance(max_payload_bytes, bool) or max_payload_bytes < 1:
             raise ConfigurationError(f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}")
-        self.dsn = dsn
-        self.schema = validate_schema(schema)
-        self.queries: Queries = for_schema(self.schema)
-        self.channel = f"{self.schema}_jobs"
-        self.cancel_channel = f"{self.schema}_cancel"
-        self.done_channel = f"{self.schema}_done"
+        self.database = Database(
+            dsn,
+            pool=pool,
+            schema=schema,
+            pool_min_size=pool_min_size,
+            pool_max_size=pool_max_size,
+            connect_timeout=connect_timeout,
+            connect_kwargs=connect_kwargs,
+        )
+        self.admin = Admin(self.database)
         self.max_payload_bytes = max_payload_bytes
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodics: dict[str, Periodic] = {}
         self.middleware: list[Middleware] = []
-        self._pool = pool
-        self._owns_pool = pool is None
-        self._pool_sizes = (pool_min_size, pool_max_size)
-        self._connect_timeout = connect_timeout
-        self._connect_kwargs = dict(connect_kwargs or {})
-        self._open_lock = anyio.Lock()
 
-    # -- lifecycle ---------------------------------------------------------------------------
+    # -- the database ------------------------------------------------------------------------
+
+    @property
+    def dsn(self) -> str | None:
+        """The DSN the queue connects with (None: it only borrows a pool)."""
+        return self.database.dsn
+
+    @dsn.setter
+    def dsn(self, value: str | None) -> None:
+        self.database.dsn = value
+
+    @property
+    def schema(self) -> str:
+        """The schema the queue's tables live in."""
+        return self.database.schema
+
+    @property
+    def queries(self) -> Queries:
+        """The named SQL statements, rendered for this schema."""
+        return self.database.queries
+
+    @property
+    def channel(self) -> str:
+        """The NOTIFY channel that wakes workers (payload: a queue name)."""
+        return self.database.channels.jobs
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The open pool; raises if the queue is not open."""
+        return self.database.pool
 
     async def open(self) -> Queue:
         """Open the pool if this queue owns one; idempotent."""
-        async with self._open_lock:
-            if self._pool is None:
-                min_size, max_size = self._pool_sizes
-                try:
-                    self._pool = await asyncpg.create_pool(
-                        self.dsn,
-                        min_size=min_size,
-                        max_size=max_size,
-                        reset=_keep_session,
-                        timeout=self._connect_timeout,
-                        **self._connect_kwargs,
-                    )
-                except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                    raise ConnectError(
-                        f"cannot connect to PostgreSQL at {describe_dsn(self.dsn)}: "
-                        f"{type(exc).__name__}: {exc}"
-                    ) from exc
+        await self.database.open()
         return self
 
     async def close(self) -> None:
         """Close the pool if this queue opened it."""
-        async with self._open_lock:
-            if self._owns_pool and self._pool is not None:
-                pool, self._pool = self._pool, None
-                await pool.close()
+        await self.database.close()
 
     async def __aenter__(self) -> Queue:
         return await self.open()
@@ -152,62 +123,21 @@ class Queue:
 
         Call it before the queue opens; ``close()`` leaves a borrowed pool open.
         """
-        if self._pool is not None and self._pool is not pool:
-            raise AioqueueError("the queue is already open with another pool")
-        self._pool = pool
-        self._owns_pool = False
-
-    @property
-    def pool(self) -> asyncpg.Pool:
-        """The open pool; raises if the queue is not open."""
-        if self._pool is None:
-            raise AioqueueError("the queue is not open: use `async with queue:` or `await queue.open()`")
-        return self._pool
-
-    def connect_params(self) -> tuple[str | None, dict[str, Any]]:
-        """The DSN and keyword arguments for a dedicated connection (the worker's listener)."""
-        return self.dsn, {"timeout": self._connect_timeout, **self._connect_kwargs}
+        self.database.attach_pool(pool)
 
     @contextlib.asynccontextmanager
     async def connection(self, conn: Connection | None = None) -> AsyncIterator[Connection]:
-        """Yield ``conn`` if given, else a pooled connection; translate schema errors."""
-        try:
-            if conn is not None:
-                yield conn
-            else:
-                if self._pool is None:
-                    await self.open()
-                async with self.pool.acquire() as pooled:
-                    yield pooled
-        except _SCHEMA_ERRORS as exc:
-            raise SchemaNotReadyError(
-                f"the aioqueue schema {self.schema!r} is missing or out of date ({exc}): "
-                "run `aioqueue migrate` (or `await queue.migrate()`)"
-            ) from exc
-
-    # -- schema ------------------------------------------------------------------------------
+        """Yield ``conn`` if given, else a pooled connection; a missing schema says to migrate."""
+        async with self.database.connection(conn) as c:
+            yield c
 
     async def migrate(self) -> list[int]:
         """Create or upgrade the schema; return the versions applied. Safe to run concurrently."""
-        async with self.connection() as conn:
-            return await migrations.migrate(conn, self.schema)
+        return await self.database.migrate()
 
     async def check_schema(self) -> None:
         """Raise :class:`SchemaNotReadyError` unless the schema is at this code's version."""
-        async with self.connection() as conn:
-            version = await migrations.applied_version(conn, self.schema)
-        latest = migrations.latest_version()
-        if version < latest:
-            state = "does not exist" if version == 0 else f"is at version {version}"
-            raise SchemaNotReadyError(
-                f"the aioqueue schema {self.schema!r} {state}; this code needs version {latest}: "
-                "run `aioqueue migrate` (or `await queue.migrate()`)"
-            )
-        if version > latest:
-            raise SchemaNotReadyError(
-                f"the aioqueue schema {self.schema!r} is at version {version}, newer than this "
-                f"code's {latest}: upgrade aioqueue"
-            )
+        await self.database.check_schema()
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -287,130 +217,18 @@ class Queue:
         except KeyError:
             raise NotRegisteredError(f"no task named {name!r} is registered on this queue") from None
 
-    # -- writing jobs ------------------------------------------------------------------------
+    # -- workers -----------------------------------------------------------------------------
 
-    async def insert_job(
-        self, task: Task[Any, Any], opts: EnqueueOptions, args: str, conn: Connection | None
-    ) -> JobRef:
-        """Write one job (already validated) and its NOTIFY; return its id."""
-        async with self.connection(conn) as c:
-            row = await c.fetchrow(
-                self.queries.enqueue,
-                opts.queue,
-                task.name,
-                args,
-                opts.priority,
-                opts.run_at,
-                opts.delay,
-                opts.max_attempts,
-                opts.key,
-                task.archive,
-                self.channel,
-            )
-        assert row is not None
-        return JobRef(row["id"], self)
-
-    async def insert_jobs(
-        self,
-        task: Task[Any, Any],
-        opts: EnqueueOptions,
-        args: Sequence[str],
-        keys: Sequence[str | None] | None,
-        conn: Connection | None,
-    ) -> list[JobRef]:
-        """Write many jobs of one task (already validated) in one statement; return their ids
-        in the order given."""
-        key_list: list[str | None] = list(keys) if keys is not None else [None] * len(args)
-        async with self.connection(conn) as c:
-            rows = await c.fetch(
-                self.queries.enqueue_many,
-                opts.queue,
-                task.name,
-                opts.priority,
-                opts.run_at,
-                opts.delay,
-                opts.max_attempts,
-                task.archive,
-                list(args),
-                key_list,
-                self.channel,
-            )
-        by_key = {r["dedup_key"]: int(r["id"]) for r in rows if r["dedup_key"] is not None}
-        # Identity values follow the insert order, which follows the input order.
-        unkeyed = iter(sorted(int(r["id"]) for r in rows if r["dedup_key"] is None))
-        return [JobRef(by_key[k] if k is not None else next(unkeyed), self) for k in key_list]
-
-    # -- operating ---------------------------------------------------------------------------
-
-    def worker(
-        self,
-        *,
-        concurrency: int = 10,
-        queues: Sequence[str] | Mapping[str, int] | None = None,
-        poll_interval: float = 1.0,
-        lease: float = 300.0,
-        grace_period: float = 30.0,
-        **options: Any,
-    ) -> Worker:
-        """Make a worker for this queue's tasks (see :class:`~aioqueue.Worker`).
+    def worker(self, **options: Unpack[WorkerOptions]) -> Worker:
+        """Make a worker for this queue's tasks; ``options`` are :class:`~aioqueue.WorkerConfig`'s
+        (``concurrency``, ``queues``, ``poll_interval``, ``lease``, ``grace_period``, ...).
 
         ``queues``: the queues to work (default: those of the registered tasks), or a mapping
         ``{queue: slots}`` that also caps how many of this worker's slots each queue may use.
         """
         from .worker import Worker
 
-        return Worker(
-            self,
-            concurrency=concurrency,
-            queues=queues,
-            poll_interval=poll_interval,
-            lease=lease,
-            grace_period=grace_period,
-            **options,
-        )
-
-    async def get_job(self, job_id: int) -> JobInfo | None:
-        """Return a job by id, live or archived; None when it is gone (or was never there)."""
-        async with self.connection() as conn:
-            row = await conn.fetchrow(self.queries.get_job, job_id)
-        return None if row is None else JobInfo.from_record(row)
-
-    async def list_dead(self, *, queue: str | None = None, limit: int = 100) -> list[JobInfo]:
-        """Return dead jobs, newest first."""
-        async with self.connection() as conn:
-            rows = await conn.fetch(self.queries.list_dead, queue, limit)
-        return [JobInfo.from_record(r) for r in rows]
-
-    async def retry_dead(
-        self, ids: Sequence[int] | None = None, *, queue: str | None = None, all: bool = False
-    ) -> list[int]:
-        """Send dead jobs back to pending now; return their ids. Name ids, or pass ``all=True``
-        (optionally with ``queue``)."""
-        selected = self._select_dead(ids, queue, all)
-        async with self.connection() as conn, conn.transaction():
-            rows = await conn.fetch(self.queries.retry_dead, selected, queue)
-            for queue_name in sorted({r["queue"] for r in rows}):
-                await conn.execute("SELECT pg_notify($1, $2)", self.channel, queue_name)
-        return sorted(int(r["id"]) for r in rows)
-
-    async def purge_dead(
-        self, ids: Sequence[int] | None = None, *, queue: str | None = None, all: bool = False
-    ) -> list[int]:
-        """Delete dead jobs; return their ids. Name ids, or pass ``all=True``."""
-        selected = self._select_dead(ids, queue, all)
-        async with self.connection() as conn:
-            rows = await conn.fetch(self.queries.purge_dead, selected, queue)
-        return sorted(int(r["id"]) for r in rows)
-
-    @staticmethod
-    def _select_dead(ids: Sequence[int] | None, queue: str | None, all: bool) -> list[int] | None:
-        if ids is not None and all:
-            raise ConfigurationError("pass either ids or all=True, not both")
-        if ids is None and not all and queue is None:
-            raise ConfigurationError("name the dead jobs: ids, queue=..., or all=True")
-        if queue is not None:
-            check_name("queue name", queue)
-        return None if ids is None else [int(i) for i in ids]
+        return Worker(self, **options)
 
     # -- scheduling and flow control ------------------------------------------------------
 
@@ -452,53 +270,55 @@ class Queue:
 
         return register
 
+    # -- operating (see aioqueue.admin) --------------------------------------------------------
+
+    async def get_job(self, job_id: int) -> JobInfo | None:
+        """Return a job by id, live or archived; None when it is gone (or was never there)."""
+        return await self.admin.get_job(job_id)
+
+    async def list_dead(self, *, queue: str | None = None, limit: int = 100) -> list[JobInfo]:
+        """Return dead jobs, newest first (at most ``limit``, 1 to 10,000)."""
+        return await self.admin.list_dead(queue=queue, limit=limit)
+
+    async def retry_dead(
+        self, ids: Iterable[int] | None = None, *, queue: str | None = None, all: bool = False
+    ) -> list[int]:
+        """Send dead jobs back to pending now; return their ids. Name ids, or pass ``all=True``
+        (optionally with ``queue``)."""
+        return await self.admin.retry_dead(ids, queue=queue, all=all)
+
+    async def purge_dead(
+        self, ids: Iterable[int] | None = None, *, queue: str | None = None, all: bool = False
+    ) -> list[int]:
+        """Delete dead jobs; return their ids. Name ids, or pass ``all=True``."""
+        return await self.admin.purge_dead(ids, queue=queue, all=all)
+
     async def pause(self, queue: str) -> None:
         """Stop every worker from claiming jobs of ``queue`` (running jobs finish)."""
-        async with self.connection() as conn:
-            await conn.execute(self.queries.set_paused, check_name("queue name", queue), True, self.channel)
+        await self.admin.set_paused(queue, True)
 
     async def resume(self, queue: str) -> None:
         """Let workers claim jobs of ``queue`` again, and wake them."""
-        async with self.connection() as conn:
-            await conn.execute(self.queries.set_paused, check_name("queue name", queue), False, self.channel)
+        await self.admin.set_paused(queue, False)
 
     async def set_limits(
-        self,
-        queue: str,
-        *,
-        concurrency: int | None = None,
-        rate: tuple[int, float] | None = None,
+        self, queue: str, *, concurrency: int | None = None, rate: tuple[int, float] | None = None
     ) -> None:
         """Limit ``queue`` across every worker: at most ``concurrency`` jobs running, and at
         most ``rate[0]`` jobs started per ``rate[1]`` seconds. None clears a limit. Workers
         pick up a change within a second or their poll interval."""
-        check_name("queue name", queue)
-        if concurrency is not None:
-            check_int("concurrency", concurrency, 0, 1_000_000)
-        rate_limit = rate_period = None
-        if rate is not None:
-            rate_limit = check_int("rate limit", rate[0], 0, 100_000)
-            rate_period = check_seconds("rate period", rate[1], allow_zero=False)
-        async with self.connection() as conn:
-            await conn.execute(self.queries.set_limits, queue, concurrency, rate_limit, rate_period)
+        await self.admin.set_limits(queue, concurrency=concurrency, rate=rate)
 
     async def queue_settings(self) -> list[dict[str, Any]]:
-        """Every queue with settings: paused, concurrency_limit, rate_limit, rate_period."""
-        async with self.connection() as conn:
-            rows = await conn.fetch(self.queries.queue_settings)
-        return [dict(r) for r in rows]
+        """Every queue with settings: name, paused, concurrency_limit, rate_limit, rate_period."""
+        return await self.admin.queue_settings()
 
     async def cancel(self, job_id: int) -> str:
         """Cancel a job. Return ``"cancelled"`` for a pending job (it will never run),
         ``"requested"`` for a running one (its handler is cancelled at its next await, through
         NOTIFY or within the worker's poll interval), ``"not_found"`` otherwise. Cancelled jobs
         are kept in the archive with status ``cancelled``."""
-        async with self.connection() as conn:
-            row = await conn.fetchrow(self.queries.cancel, job_id, self.cancel_channel)
-        assert row is not None
-        if row["cancelled"]:
-            return "cancelled"
-        return "requested" if row["requested"] else "not_found"
+        return await self.admin.cancel(job_id)
 
     async def wait_result(self, job_id: int, *, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
         """Wait for a job of an archiving task to succeed and return its result.
@@ -507,44 +327,14 @@ class Queue:
         :class:`ResultUnavailable` if it is gone without an archived result, and
         ``TimeoutError`` after ``timeout`` seconds. Woken by NOTIFY; polls as a backstop.
         """
-        with anyio.fail_after(timeout):
-            wake = Flag()
-            listener: asyncpg.Connection | None = None
-            if self.dsn is not None:
-                dsn, kwargs = self.connect_params()
-                listener = await asyncpg.connect(dsn, **kwargs)
-                await listener.add_listener(self.done_channel, lambda *_: wake.set())
-            try:
-                while True:
-                    wake.clear()
-                    info = await self.get_job(job_id)
-                    if info is None:
-                        raise ResultUnavailable(
-                            f"job {job_id} is gone without a kept result: its task does not archive "
-                            "(archive=True), it was pruned or purged, or it never existed"
-                        )
-                    if info.status == "succeeded":
-                        return info.result
-                    if info.status == "dead":
-                        raise JobFailed(job_id, info.last_error)
-                    if info.status == "cancelled":
-                        raise JobCancelled(f"job {job_id} was cancelled")
-                    await wake.wait(poll_interval)
-            finally:
-                if listener is not None:
-                    with anyio.CancelScope(shield=True):
-                        await listener.close()
+        return await self.admin.wait_result(job_id, timeout=timeout, poll_interval=poll_interval)
 
     async def status(self) -> list[dict[str, Any]]:
         """Per queue: pending, ready, scheduled, running, dead, oldest ready age in seconds, and
         jobs that succeeded in the last minute (``completed_last_minute``)."""
-        async with self.connection() as conn:
-            rows = await conn.fetch(self.queries.queue_status)
-        return [dict(r) for r in rows]
+        return await self.admin.status()
 
     async def reap(self, limit: int = 1000) -> int:
-        """Return jobs with expired leases to pending (or dead); return how many were reaped."""
-        async with self.connection() as conn:
-            rows = await conn.fetch(self.queries.reap_expired, limit, self.channel)
-        return len(rows)
-
+        """Return jobs with expired leases to pending (or dead); return how many were reaped.
+        ``limit`` is how many one statement takes; the call reaps them all."""
+        return await self.admin.reap(limit)

@@ -10,6 +10,7 @@ or configuration, 130 interrupted. Runs on uvloop when it is installed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import logging
@@ -23,8 +24,10 @@ import anyio
 from . import __version__
 from . import migrate as migrations
 from .app import Queue
+from .config import WorkerConfig, worker_flags
 from .errors import AioqueueError, ConfigurationError
 from .job import JobInfo
+from .queries import validate_schema
 from .worker import Worker
 
 if TYPE_CHECKING:
@@ -58,11 +61,68 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _names(text: str) -> list[str]:
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port from 1 to 65535, got {value}")
+    return value
+
+
+def _job_id(text: str) -> int:
+    value = int(text)
+    if not 1 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"a job id is an integer from 1 to 2**63-1, got {text}")
+    return value
+
+
+def _queues(text: str) -> list[str] | dict[str, int]:
+    """``Q1,Q2`` (queues sharing every slot) or ``Q1=4,Q2=2`` (a cap on each queue's slots)."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise argparse.ArgumentTypeError("name at least one queue")
-    return names
+    if not any("=" in n for n in names):
+        return names
+    slots: dict[str, int] = {}
+    for item in names:
+        name, sep, count = item.partition("=")
+        if not sep or not count.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"write every queue as NAME=SLOTS, got {item!r}")
+        slots[name.strip()] = int(count)
+    return slots
+
+
+def _flag_type(field: dataclasses.Field[Any]) -> Callable[[str], Any]:
+    kind = str(field.type)
+    if kind.startswith("int"):
+        return int
+    if kind.startswith("float"):
+        return _seconds
+    return str
+
+
+def add_worker_flags(parser: argparse.ArgumentParser) -> None:
+    """Add a flag for every worker option that has one (from :class:`~aioqueue.WorkerConfig`'s
+    fields), and ``--queues``. Unset flags stay None: the config's defaults apply."""
+    defaults = WorkerConfig.__dataclass_fields__
+    for flag, field in worker_flags():
+        default = defaults[field.name].default
+        help_text = f"{field.metadata['help']} (default: {'derived' if default is None else default})"
+        names = [flag, "-c"] if field.name == "concurrency" else [flag]
+        if str(field.type) == "bool":
+            parser.add_argument(*names, dest=field.name, action=argparse.BooleanOptionalAction, default=None,
+                                help=help_text)
+        else:
+            parser.add_argument(*names, dest=field.name, type=_flag_type(field), default=None,
+                                metavar=field.name.upper(), help=help_text)
+    parser.add_argument("-q", "--queues", type=_queues, default=None, metavar="Q1,Q2",
+                        help="queues to work, or Q1=SLOTS,Q2=SLOTS to cap each one's share of the slots "
+                        "(default: every queue a registered task uses)")
+
+
+def worker_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The worker options given on the command line (flags left unset are not included)."""
+    names = [field.name for _, field in worker_flags()] + ["queues"]
+    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,26 +156,16 @@ def build_parser() -> argparse.ArgumentParser:
         "a second signal interrupts them (they go back to pending).",
     )
     worker.add_argument("target", metavar="MODULE:ATTR", help="where the Queue is, e.g. myapp.jobs:queue")
-    worker.add_argument("-c", "--concurrency", type=_positive_int, default=10,
-                        help="jobs run at once, per process (default: 10)")
-    worker.add_argument("-q", "--queues", type=_names, default=None, metavar="Q1,Q2",
-                        help="queues to work (default: every queue a registered task uses)")
+    add_worker_flags(worker)
     worker.add_argument("-p", "--processes", type=_positive_int, default=1,
                         help="worker processes, supervised and restarted if they die (default: 1)")
-    worker.add_argument("--poll-interval", type=_seconds, default=1.0, metavar="SECONDS",
-                        help="look for jobs at least this often without a notification (default: 1)")
-    worker.add_argument("--grace-period", type=_seconds, default=30.0, metavar="SECONDS",
-                        help="how long running jobs may finish after a stop signal (default: 30)")
-    worker.add_argument("--lease", type=_seconds, default=300.0, metavar="SECONDS",
-                        help="how long a claimed job is ours without a heartbeat (default: 300)")
-    worker.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+    worker.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
                         help="serve Prometheus metrics on this port (process i of N: PORT+i); "
                         "needs prometheus-client")
     worker.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
                         help="address for --metrics-port (default: 127.0.0.1)")
     # Set by the supervisor on its children.
     worker.add_argument("--supervised-by", type=int, default=None, help=argparse.SUPPRESS)
-    worker.add_argument("--dsn-from-env", action="store_true", help=argparse.SUPPRESS)
 
     migrate = commands.add_parser(
         "migrate", parents=[common], help="create or upgrade the aioqueue schema",
@@ -142,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
             action, parents=[common], help=verb,
             description=f"{verb[0].upper()}{verb[1:]}: the IDs given, every one (--all), or those of a queue.",
         )
-        p.add_argument("ids", nargs="*", type=int, metavar="ID", help="dead job ids")
+        p.add_argument("ids", nargs="*", type=_job_id, metavar="ID", help="dead job ids")
         p.add_argument("--all", action="store_true", help="every dead job (of --queue, if given)")
         p.add_argument("--queue", default=None, help="the dead jobs of this queue")
     return parser
@@ -173,7 +223,8 @@ def resolve_dsn(args: argparse.Namespace) -> str:
 
 
 def _schema(args: argparse.Namespace) -> str:
-    return str(getattr(args, "schema", None) or "aioqueue")
+    schema = getattr(args, "schema", None)
+    return "aioqueue" if schema is None else validate_schema(schema)
 
 
 def _admin_queue(args: argparse.Namespace) -> Queue:
@@ -245,36 +296,48 @@ def load_queue(target: str) -> Queue:
 def _configure(queue: Queue, args: argparse.Namespace) -> None:
     """Apply ``--dsn`` and check ``--schema`` against the queue the module built."""
     schema = getattr(args, "schema", None)
-    if schema is not None and schema != queue.schema:
+    if schema is not None and validate_schema(schema) != queue.schema:
         raise UsageError(
             f"{args.target} uses schema {queue.schema!r}, not {schema!r}: set it in Queue(schema=...)"
         )
-    if args.dsn_from_env:
-        queue.dsn = resolve_dsn(argparse.Namespace())
+    if args.supervised_by is not None and os.environ.get(_CHILD_DSN):
+        queue.dsn = os.environ[_CHILD_DSN]
     elif getattr(args, "dsn", None):
         queue.dsn = args.dsn
-    elif queue.dsn is None and queue._pool is None:
+    elif queue.dsn is None and not queue.database.is_open:
         queue.dsn = resolve_dsn(args)
+
+
+#: Where a supervisor hands its children their configuration and DSN (never in argv, which is
+#: public: a DSN may hold a password).
+_CHILD_CONFIG = "AIOQUEUE_WORKER_CONFIG"
+_CHILD_DSN = "AIOQUEUE_WORKER_DSN"
+
+
+def _worker_config(args: argparse.Namespace) -> WorkerConfig:
+    if args.supervised_by is not None and os.environ.get(_CHILD_CONFIG):
+        return WorkerConfig.from_json(os.environ[_CHILD_CONFIG])
+    return WorkerConfig.from_options(worker_options(args))
 
 
 def run_worker_command(args: argparse.Namespace) -> int:
     """``aioqueue worker``: one worker in this process, or a supervisor of N processes."""
     queue = load_queue(args.target)
     _configure(queue, args)
+    config = _worker_config(args)  # bad options fail here, once, before any child starts
     if args.processes == 1:
-        return run_async(_work, queue, args)
+        return run_async(_work, queue, config, args)
     from .supervisor import Supervisor
 
     # Check once here: children that cannot start would only be restarted over and over.
     run_async(_check_schema, queue)
-    env = None
-    if getattr(args, "dsn", None):
-        # Through the environment, not argv: a DSN may hold a password, and argv is public.
-        env = {**os.environ, "AIOQUEUE_DSN": args.dsn}
+    env = {**os.environ, _CHILD_CONFIG: config.to_json()}
+    if queue.dsn:
+        env[_CHILD_DSN] = queue.dsn
     supervisor = Supervisor(
         lambda slot: _child_command(args, slot),
         args.processes,
-        shutdown_timeout=args.grace_period + 30.0,
+        shutdown_timeout=config.grace_period + 30.0,
         env=env,
     )
     return run_async(supervisor.run)
@@ -286,35 +349,22 @@ async def _check_schema(queue: Queue) -> None:
 
 
 def _child_command(args: argparse.Namespace, slot: int) -> list[str]:
+    """A child's command line: the target and where it reports; its worker configuration and
+    DSN travel in the environment (``AIOQUEUE_WORKER_CONFIG``, ``AIOQUEUE_WORKER_DSN``)."""
     command = [
         sys.executable, "-m", "aioqueue", "worker", args.target,
-        "--concurrency", str(args.concurrency),
-        "--poll-interval", str(args.poll_interval),
-        "--grace-period", str(args.grace_period),
-        "--lease", str(args.lease),
         "--log-level", str(getattr(args, "log_level", None) or "INFO"),
         "--supervised-by", str(os.getpid()),
     ]
-    if args.queues:
-        command += ["--queues", ",".join(args.queues)]
     if getattr(args, "schema", None):
         command += ["--schema", args.schema]
-    if getattr(args, "dsn", None):
-        command.append("--dsn-from-env")
     if args.metrics_port is not None:
         command += ["--metrics-port", str(args.metrics_port + slot), "--metrics-addr", args.metrics_addr]
     return command
 
 
-async def _work(queue: Queue, args: argparse.Namespace) -> int:
-    worker = queue.worker(
-        concurrency=args.concurrency,
-        queues=args.queues,
-        poll_interval=args.poll_interval,
-        grace_period=args.grace_period,
-        lease=args.lease,
-        install_signal_handlers=True,
-    )
+async def _work(queue: Queue, config: WorkerConfig, args: argparse.Namespace) -> int:
+    worker = queue.worker(**_as_options(config))
     metrics = _serve_metrics(queue, args)
     async with queue, anyio.create_task_group() as tg:
         if metrics is not None:
@@ -324,6 +374,16 @@ async def _work(queue: Queue, args: argparse.Namespace) -> int:
         await worker.run()
         tg.cancel_scope.cancel()
     return EXIT_OK
+
+
+def _as_options(config: WorkerConfig) -> Any:
+    """``config`` as worker options (``queue_slots`` folded back into ``queues``)."""
+    options = config.changes()
+    slots = options.pop("queue_slots")
+    if slots is not None:
+        options["queues"] = dict(slots)
+    options["install_signal_handlers"] = True
+    return options
 
 
 async def _stop_when_orphaned(parent_pid: int, worker: Worker) -> None:

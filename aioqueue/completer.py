@@ -3,7 +3,9 @@
 Handlers hand their outcome to the completer without waiting (``succeeded``, ``failed``,
 ``rescheduled``); its loop writes each kind with one statement for every buffered job, flushing
 when the buffer reaches ``batch_size`` or ``interval`` after the first outcome arrived, and
-always on shutdown. If a write fails (the connection dropped, the server restarted) the outcomes
+always on shutdown. It owns its back-pressure: while more outcomes wait than ``max_backlog``,
+``has_room()`` is false and the producer waits in ``wait_for_room()`` before claiming more. If a
+write fails (the connection dropped, the server restarted) the outcomes
 stay buffered and the write is retried with backoff; while they wait, the heartbeat keeps their
 leases, so nothing is lost. Every write is fenced by the claim (id, attempt).
 """
@@ -17,10 +19,11 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from .claims import ClaimKey
 from .signal import Flag
 
 if TYPE_CHECKING:
-    from .app import Queue
+    from .database import Database
     from .job import Job
     from .retry import Backoff
 
@@ -49,7 +52,7 @@ class _Batch:
     def __len__(self) -> int:
         return len(self.done_ids) + len(self.failures) + len(self.reschedules) + len(self.cancels)
 
-    def claims(self) -> list[tuple[int, int]]:
+    def claims(self) -> list[ClaimKey]:
         """The (job id, attempt) of every outcome in the batch."""
         return [
             *zip(self.done_ids, self.done_attempts, strict=True),
@@ -64,27 +67,50 @@ class Completer:
 
     def __init__(
         self,
-        app: Queue,
+        db: Database,
         *,
         batch_size: int = 1000,
         interval: float = 0.002,
-        on_written: Callable[[list[tuple[int, int]]], None] = lambda claims: None,
+        max_backlog: int | None = None,
+        on_written: Callable[[list[ClaimKey]], None] = lambda claims: None,
     ) -> None:
-        self.app = app
+        self.db = db
         self.batch_size = batch_size
         self.interval = interval
+        self.max_backlog = max_backlog if max_backlog is not None else batch_size * 4
         self.on_written = on_written
-        # Ids of jobs whose outcome is being written right now: the heartbeat must not take a
-        # job that vanished under such a write for a lost lease.
-        self.writing: set[int] = set()
+        # Claims whose outcome is being written right now: the heartbeat must not take a job
+        # that vanished under such a write for a lost lease.
+        self.writing: set[ClaimKey] = set()
         self._batch = _Batch()
         self._ready = Flag()
         self._idle = Flag()
         self._idle.set()
-        self.dead_ids: list[int] = []
+        self._room = Flag()
+        self._room.set()
 
     def __len__(self) -> int:
+        """Outcomes buffered and not yet written."""
         return len(self._batch)
+
+    # -- back-pressure ---------------------------------------------------------------------
+
+    def has_room(self) -> bool:
+        """Whether the buffer is below ``max_backlog``: the producer may claim more."""
+        return len(self._batch) <= self.max_backlog
+
+    async def wait_for_room(self, timeout: float | None = None) -> bool:
+        """Wait until :meth:`has_room`; return whether it became true within ``timeout``."""
+        while not self.has_room():
+            self._room.clear()
+            if not await self._room.wait(timeout):
+                return self.has_room()
+        return True
+
+    @property
+    def idle(self) -> bool:
+        """Whether nothing is buffered or being written."""
+        return self._idle.is_set()
 
     # -- handing over outcomes (never blocks) -------------------------------------------------
 
@@ -145,7 +171,7 @@ class Completer:
             batch, self._batch = self._batch, _Batch()
             self._ready.clear()
             claims = batch.claims()
-            self.writing.update(job_id for job_id, _ in claims)
+            self.writing.update(claims)
             try:
                 await self._write(batch)
             except BaseException:
@@ -154,7 +180,8 @@ class Completer:
                 self._merge_back(batch)
                 raise
             finally:
-                self.writing.difference_update(job_id for job_id, _ in claims)
+                self.writing.difference_update(claims)
+                self._room.set()
             self.on_written(claims)
         self._idle.set()
 
@@ -175,16 +202,16 @@ class Completer:
             self._ready.set()
 
     async def _write(self, batch: _Batch) -> None:
-        q = self.app.queries
-        async with self.app.connection() as conn:
+        q = self.db.queries
+        async with self.db.connection() as conn:
             if batch.done_ids:
                 await conn.execute(
-                    q.complete, batch.done_ids, batch.done_attempts, batch.done_results, self.app.done_channel
+                    q.complete, batch.done_ids, batch.done_attempts, batch.done_results, self.db.channels.done
                 )
                 batch.done_ids, batch.done_attempts, batch.done_results = [], [], []
             if batch.failures:
                 f = batch.failures
-                rows = await conn.fetch(
+                await conn.execute(
                     q.fail,
                     [x.job_id for x in f],
                     [x.attempt for x in f],
@@ -196,7 +223,6 @@ class Completer:
                     [x.retry.max_delay for x in f],
                     [x.retry.jitter for x in f],
                 )
-                self.dead_ids.extend(r["id"] for r in rows if r["status"] == "dead")
                 batch.failures = []
             if batch.reschedules:
                 r = batch.reschedules

@@ -1,37 +1,45 @@
 """Run one claimed job's handler and turn what happened into an outcome for the completer.
 
 The executor holds no connection and no transaction while a handler runs. It applies the
-task's timeout and the queue's middleware (``aioqueue.middleware``), maps the handler's return
-or exception to succeeded / retry / dead / rescheduled, and records an outcome even when the
-handler is cancelled (shutdown, a lost lease, a cancel request), so a cancellation never skips
-the bookkeeping. It never writes to the database itself.
+task's timeout (here, and only here) and the queue's middleware (``aioqueue.middleware``),
+decides what the attempt's end means (succeeded, retried, dead, snoozed, interrupted, cancelled:
+:func:`decide`, the one place that rule lives), counts it, and hands the outcome to the
+completer, even when the handler is cancelled (shutdown, a lost lease, a cancel request), so a
+cancellation never skips the bookkeeping. It tracks running handlers by claim (job id and
+attempt), so two attempts of one job are never confused. It never writes to the database itself.
 """
 
 from __future__ import annotations
 
+import collections
+import contextvars
+import dataclasses
 import enum
-import functools
 import logging
 import math
 import time
 import traceback
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import anyio
 
 from . import payload
+from .claims import ClaimKey, claim_of
 from .errors import Abort, Retry, Snooze
 from .job import Job, _current
-from .middleware import HandlerTimeout, call_with_middleware
 from .retry import Backoff
 
 if TYPE_CHECKING:
-    from .app import Queue
     from .completer import Completer
+    from .middleware import Middleware
+    from .task import Task
 
 logger = logging.getLogger("aioqueue.worker")
 
 _MAX_ERROR_CHARS = 8000
+
+Outcome: TypeAlias = Literal["succeeded", "retried", "dead", "snoozed", "interrupted", "cancelled"]
 
 
 class Interrupt(enum.Enum):
@@ -40,6 +48,53 @@ class Interrupt(enum.Enum):
     SHUTDOWN = "the worker shut down before the handler finished"
     LEASE_LOST = "the worker lost the job's lease (it was reaped and may run elsewhere)"
     CANCELLED = "the job was cancelled on request"
+
+
+class HandlerTimeout(TimeoutError):
+    """A handler ran past its task's ``timeout``; seen by middleware, recorded as a failure."""
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__(f"handler exceeded its timeout of {timeout}s")
+
+
+@dataclasses.dataclass(slots=True)
+class _Attempt:
+    """One running handler: its cancel scope and why the worker interrupted it, if it did."""
+
+    job: Job
+    scope: anyio.CancelScope
+    interrupt: Interrupt | None = None
+
+
+_attempt: contextvars.ContextVar[_Attempt] = contextvars.ContextVar("aioqueue_attempt")
+
+
+def decide(job: Job, error: BaseException | None, interrupt: Interrupt | None = None) -> Outcome:
+    """What the worker does with ``job``'s attempt that ended with ``error`` (None: returned).
+
+    ``interrupt`` is why the worker cancelled the handler, if it did. A cancellation the handler
+    raised by itself, while nothing cancels the worker, is a failure like any other exception.
+    """
+    if interrupt is not None:
+        return "cancelled" if interrupt is Interrupt.CANCELLED else "interrupted"
+    if error is None:
+        return "succeeded"
+    if isinstance(error, anyio.get_cancelled_exc_class()):
+        if anyio.current_effective_deadline() == -math.inf:
+            return "interrupted"
+    elif isinstance(error, Snooze):
+        return "snoozed"
+    elif isinstance(error, Abort):
+        return "dead"
+    return "dead" if job.attempt >= job.max_attempts else "retried"
+
+
+def current_decision(job: Job, error: BaseException | None) -> Outcome:
+    """:func:`decide` for ``job``'s attempt running in this context, with the interruption the
+    executor recorded for it (what middleware reads through ``aioqueue.middleware.outcome``)."""
+    attempt = _attempt.get(None)
+    interrupt = attempt.interrupt if attempt is not None and attempt.job is job else None
+    return decide(job, error, interrupt)
 
 
 def describe_error(exc: BaseException) -> str:
@@ -61,151 +116,153 @@ def storable_text(text: str) -> str:
 
 
 class Executor:
-    """Runs handlers for one worker and keeps the cancel scope of each running job."""
+    """Runs handlers for one worker, keeps each running attempt's cancel scope, counts outcomes."""
 
-    def __init__(self, app: Queue, completer: Completer, counts: dict[str, int]) -> None:
-        self.app = app
+    def __init__(
+        self,
+        tasks: Mapping[str, Task[Any, Any]],
+        middleware: Sequence[Middleware],
+        completer: Completer,
+    ) -> None:
+        self.tasks = tasks
+        self.middleware = middleware
         self.completer = completer
-        self.counts = counts
-        self.running: dict[int, tuple[anyio.CancelScope, list[Interrupt]]] = {}
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.running: dict[ClaimKey, _Attempt] = {}
+        from .middleware import call_with_middleware  # it imports this module's names
+
+        self._with_middleware = call_with_middleware
         self._scope_type: type[anyio.CancelScope] | None = None
 
-    def interrupt(self, job_id: int, reason: Interrupt) -> bool:
-        """Cancel the running handler of ``job_id``; return whether one was running."""
-        entry = self.running.get(job_id)
-        if entry is None:
+    def interrupt(self, claim: ClaimKey, reason: Interrupt) -> bool:
+        """Cancel the running handler of ``claim``; return whether one was running."""
+        attempt = self.running.get(claim)
+        if attempt is None:
             return False
-        scope, reasons = entry
-        reasons.append(reason)
-        scope.cancel()
+        if attempt.interrupt is None:
+            attempt.interrupt = reason
+        attempt.scope.cancel()
         return True
+
+    def interrupt_job(self, job_id: int, reason: Interrupt) -> int:
+        """Cancel every running attempt of job ``job_id``; return how many."""
+        return sum(self.interrupt(claim, reason) for claim in list(self.running) if claim[0] == job_id)
 
     def interrupt_all(self, reason: Interrupt) -> int:
         """Cancel every running handler; return how many."""
-        return sum(self.interrupt(job_id, reason) for job_id in list(self.running))
+        return sum(self.interrupt(claim, reason) for claim in list(self.running))
 
     async def execute(self, job: Job) -> None:
         """Run ``job``'s handler to an outcome and hand that outcome to the completer."""
-        task = self.app.tasks.get(job.task)
+        task = self.tasks.get(job.task)
         if task is None:
-            self._count("dead")
-            self.completer.failed(
-                job,
+            self._fail(
+                job, "dead",
                 f"UnknownTask: no task named {job.task!r} is registered on this worker "
-                f"(known: {', '.join(sorted(self.app.tasks)) or 'none'})",
-                Backoff(),
+                f"(known: {', '.join(sorted(self.tasks)) or 'none'})",
                 dead=True,
             )
-            logger.error("job %d: unknown task %r, marked dead", job.id, job.task, extra=_fields(job, None, "dead"))
             return
 
         if self._scope_type is None:
             # anyio.CancelScope() looks up the running backend on every call, a few µs per job;
             # the class it returns makes the same scopes directly.
             self._scope_type = type(anyio.CancelScope())
-        scope = self._scope_type()
-        reasons: list[Interrupt] = []
-        self.running[job.id] = (scope, reasons)
-        token = _current.set(job)
+        claim = claim_of(job)
+        attempt = self.running[claim] = _Attempt(job, self._scope_type())
+        job_token = _current.set(job)
+        attempt_token = _attempt.set(attempt)
         started = time.perf_counter()
-        timed_out = False
         try:
-            with scope:
-                if self.app.middleware:
-                    result = await call_with_middleware(
-                        self.app.middleware, job, functools.partial(task.fn, **job.args), task.timeout
-                    )
-                elif task.timeout is None:
-                    result = await task.fn(**job.args)
+            with attempt.scope:
+                if self.middleware:
+                    result = await self._with_middleware(self.middleware, job, lambda: self._call(task, job))
                 else:
-                    with anyio.move_on_after(task.timeout) as deadline:
-                        result = await task.fn(**job.args)
-                    # cancel_called, not cancelled_caught: a handler that swallowed the
-                    # timeout's cancellation and returned late still timed out.
-                    timed_out = deadline.cancel_called
-        except HandlerTimeout:
-            self._failed(
-                job, task.retry, f"TimeoutError: handler exceeded its timeout of {task.timeout}s",
-                started=started,
-            )
+                    result = await self._call(task, job)
+        except anyio.get_cancelled_exc_class() as exc:
+            outcome = decide(job, exc)
+            if outcome == "interrupted":
+                # The worker itself is being cancelled: record the interruption, then unwind.
+                self._count(job, "interrupted", started)
+                self.completer.rescheduled(job, 0.0, f"Interrupted: {Interrupt.SHUTDOWN.value}")
+                raise
+            # Raised by the handler itself while nothing cancels this worker: a failed attempt.
+            self._fail(job, outcome, describe_error(exc), task=task, started=started)
+        except Snooze as exc:
+            self._count(job, "snoozed", started)
+            self.completer.rescheduled(job, exc.delay)
         except Retry as exc:
             reason = exc.reason or "handler asked for a retry"
-            self._failed(job, task.retry, f"Retry: {reason}", delay=exc.delay, started=started)
+            self._fail(job, decide(job, exc), f"Retry: {reason}", task=task, delay=exc.delay, started=started)
         except Abort as exc:
-            self._failed(job, task.retry, f"Abort: {exc.reason}", dead=True, started=started)
-        except Snooze as exc:
-            self._count("snoozed")
-            self.completer.rescheduled(job, exc.delay)
-        except anyio.get_cancelled_exc_class() as exc:
-            if anyio.current_effective_deadline() != -math.inf:
-                # Raised by the handler itself (say, a future someone else cancelled) while
-                # nothing cancels this worker: a failed attempt, like any other exception.
-                self._failed(job, task.retry, describe_error(exc), started=started)
-                return
-            # The worker itself is being cancelled: record the interruption, then let it unwind.
-            self._count("interrupted")
-            self.completer.rescheduled(job, 0.0, f"Interrupted: {Interrupt.SHUTDOWN.value}")
-            raise
+            self._fail(job, "dead", f"Abort: {exc.reason}", task=task, dead=True, started=started)
+        except HandlerTimeout as exc:
+            self._fail(job, decide(job, exc), f"TimeoutError: {exc}", task=task, started=started)
         except BaseException as exc:  # a handler's error, of any kind, must never stop the worker
-            self._failed(job, task.retry, describe_error(exc), started=started)
+            self._fail(job, decide(job, exc), describe_error(exc), task=task, started=started)
         else:
-            if scope.cancelled_caught:
-                self._interrupted(job, reasons, started)
-            elif timed_out:
-                self._failed(
-                    job, task.retry, f"TimeoutError: handler exceeded its timeout of {task.timeout}s",
-                    started=started,
-                )
+            if attempt.scope.cancelled_caught:
+                self._interrupted(job, attempt.interrupt or Interrupt.SHUTDOWN, started)
             else:
-                self._count("succeeded")
+                self._count(job, "succeeded", started)
                 self.completer.succeeded(job, payload.encode_result(result) if task.archive else None)
-                if logger.isEnabledFor(logging.DEBUG):
-                    logger.debug(
-                        "job %d succeeded", job.id,
-                        extra=_fields(job, time.perf_counter() - started, "succeeded"),
-                    )
         finally:
-            del self.running[job.id]
-            _current.reset(token)
+            del self.running[claim]
+            _attempt.reset(attempt_token)
+            _current.reset(job_token)
 
-    def _interrupted(self, job: Job, reasons: list[Interrupt], started: float) -> None:
-        reason = reasons[0] if reasons else Interrupt.SHUTDOWN
-        self._count("cancelled" if reason is Interrupt.CANCELLED else "interrupted")
-        fields = _fields(job, time.perf_counter() - started, "interrupted")
+    async def _call(self, task: Task[Any, Any], job: Job) -> Any:
+        """Call the handler under the task's timeout (the one place it is applied)."""
+        if task.timeout is None:
+            return await task.fn(**job.args)
+        with anyio.move_on_after(task.timeout) as deadline:
+            result = await task.fn(**job.args)
+        # cancel_called, not cancelled_caught: a handler that swallowed the timeout's
+        # cancellation and returned late still timed out.
+        if deadline.cancel_called:
+            raise HandlerTimeout(task.timeout)
+        return result
+
+    def _interrupted(self, job: Job, reason: Interrupt, started: float) -> None:
+        outcome = decide(job, None, reason)
+        self._count(job, outcome, started)
+        fields = _fields(job, time.perf_counter() - started, outcome)
         if reason is Interrupt.LEASE_LOST:
             # The job is no longer ours: any write would be fenced out. Just stop.
-            logger.warning("job %d: %s", job.id, reason.value, extra=fields)
-            return
-        if reason is Interrupt.CANCELLED:
+            logger.warning("job %d attempt %d: %s", job.id, job.attempt, reason.value, extra=fields)
+        elif reason is Interrupt.CANCELLED:
             self.completer.cancelled(job)
             logger.info("job %d cancelled on request", job.id, extra=fields)
-            return
-        self.completer.rescheduled(job, 0.0, f"Interrupted: {reason.value}")
-        logger.warning("job %d interrupted: %s; back to pending", job.id, reason.value, extra=fields)
+        else:
+            self.completer.rescheduled(job, 0.0, f"Interrupted: {reason.value}")
+            logger.warning("job %d interrupted: %s; back to pending", job.id, reason.value, extra=fields)
 
-    def _failed(
+    def _fail(
         self,
         job: Job,
-        retry: Backoff,
+        outcome: Outcome,
         error: str,
         *,
+        task: Task[Any, Any] | None = None,
         delay: float | None = None,
         dead: bool = False,
         started: float | None = None,
     ) -> None:
-        final = dead or job.attempt >= job.max_attempts
-        self._count("dead" if final else "retried")
+        self._count(job, outcome, started, log=False)
         error = storable_text(error) or "(no message)"
-        self.completer.failed(job, error, retry, delay=delay, dead=dead)
+        self.completer.failed(job, error, task.retry if task is not None else Backoff(), delay=delay, dead=dead)
         duration = None if started is None else time.perf_counter() - started
         logger.warning(
             "job %d attempt %d/%d failed%s: %s",
-            job.id, job.attempt, job.max_attempts, " (dead)" if final else "",
-            error.splitlines()[0], extra=_fields(job, duration, "dead" if final else "retried"),
+            job.id, job.attempt, job.max_attempts, " (dead)" if outcome == "dead" else "",
+            error.splitlines()[0], extra=_fields(job, duration, outcome),
         )
 
-    def _count(self, key: str) -> None:
-        self.counts[key] = self.counts.get(key, 0) + 1
+    def _count(self, job: Job, outcome: Outcome, started: float | None, *, log: bool = True) -> None:
+        self.counts[outcome] += 1
+        if log and outcome == "succeeded" and logger.isEnabledFor(logging.DEBUG):
+            duration = None if started is None else time.perf_counter() - started
+            logger.debug("job %d succeeded", job.id, extra=_fields(job, duration, outcome))
 
 
 def _fields(job: Job, duration: float | None = None, outcome: str | None = None) -> dict[str, object]:
@@ -223,3 +280,4 @@ def _fields(job: Job, duration: float | None = None, outcome: str | None = None)
     if outcome is not None:
         fields["outcome"] = outcome
     return fields
+

@@ -1,64 +1,67 @@
 """Keep the leases of a worker's jobs alive while the worker lives.
 
-Every ``interval`` the heartbeat extends, in one statement, the lease of every job the worker
-holds (running, or finished with its outcome not yet written). A job whose lease could not be
-extended was reaped and may be running elsewhere: its handler is interrupted, so it does not run
-twice at once. The heartbeat never touches jobs it does not hold.
+Every ``interval`` the heartbeat extends, in one statement, the lease of every claim the worker
+holds (running, or finished with its outcome not yet written). The renewal is fenced by the
+claim: a row is touched only while it is still running under the same attempt. A lease that has
+expired in database time but was not reaped yet is renewed too: nobody else holds the job, the
+attempt is still ours, and renewing it spares a needless repeat. A claim whose row no longer
+matches (reaped, re-claimed, or finished elsewhere) is lost: its handler is interrupted, so one
+job never runs twice at once in this worker. The heartbeat never touches claims it does not hold.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 import anyio
 
+from .claims import ClaimKey, Claims
+
 if TYPE_CHECKING:
-    from .app import Queue
+    from .database import Database
 
 logger = logging.getLogger("aioqueue.lease")
 
 
 class Heartbeat:
-    """Extends the leases of the jobs in ``holdings`` (job id -> attempt)."""
+    """Extends the leases of the claims in ``claims``."""
 
     def __init__(
         self,
-        app: Queue,
-        holdings: dict[int, int],
+        db: Database,
+        claims: Claims,
         *,
         lease: float,
         interval: float,
-        on_lost: Callable[[int], object],
-        writing: set[int] | None = None,
+        on_lost: Callable[[ClaimKey], object],
+        writing: Collection[ClaimKey] = frozenset(),
     ) -> None:
-        self.app = app
-        self.holdings = holdings
+        self.db = db
+        self.claims = claims
         self.lease = lease
         self.interval = interval
         self.on_lost = on_lost
-        self.writing = writing if writing is not None else set()
+        self.writing = writing
         self.beats = 0
 
-    async def beat(self) -> list[int]:
-        """Extend every held lease now; return the ids whose lease was lost."""
-        held = dict(self.holdings)
+    async def beat(self) -> list[ClaimKey]:
+        """Extend every held lease now; return the claims whose lease was lost."""
+        held = self.claims.held()
         if not held:
             return []
-        async with self.app.connection() as conn:
+        async with self.db.connection() as conn:
             rows = await conn.fetch(
-                self.app.queries.extend_leases, list(held), list(held.values()), self.lease
+                self.db.queries.extend_leases, [i for i, _ in held], [a for _, a in held], self.lease
             )
         self.beats += 1
-        kept = {r["id"] for r in rows}
-        # A job whose outcome was written meanwhile (or is being written) is gone, not lost.
-        lost = [
-            i for i, a in held.items() if i not in kept and self.holdings.get(i) == a and i not in self.writing
-        ]
-        for job_id in lost:
-            self.holdings.pop(job_id, None)
-            self.on_lost(job_id)
+        kept = {(r["id"], r["attempts"]) for r in rows}
+        # A claim whose outcome was written meanwhile (or is being written) is gone, not lost.
+        lost = [c for c in held if c not in kept and self.claims.holds(c) and c not in self.writing]
+        self.claims.release(lost)
+        for claim in lost:
+            self.on_lost(claim)
         return lost
 
     async def run(self) -> None:
@@ -71,4 +74,4 @@ class Heartbeat:
                 logger.warning("extending leases failed (%s: %s)", type(exc).__name__, exc)
                 continue
             if lost:
-                logger.warning("lost the lease of %d job(s): %s", len(lost), lost)
+                logger.warning("lost the lease of %d job(s): %s", len(lost), [job_id for job_id, _ in lost])

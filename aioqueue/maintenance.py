@@ -15,9 +15,21 @@ from typing import TYPE_CHECKING
 import anyio
 
 if TYPE_CHECKING:
-    from .app import Queue
+    from .database import Database
 
 logger = logging.getLogger("aioqueue.maintenance")
+
+
+async def reap(db: Database, batch: int = 1000) -> int:
+    """Return every job whose lease expired to pending (or dead when its attempts are spent),
+    a batch per statement, and wake the workers of their queues; return how many."""
+    total = 0
+    while True:
+        async with db.connection() as conn:
+            rows = await conn.fetch(db.queries.reap_expired, batch, db.channels.jobs)
+        total += len(rows)
+        if len(rows) < batch:
+            return total
 
 
 class Maintenance:
@@ -25,14 +37,14 @@ class Maintenance:
 
     def __init__(
         self,
-        app: Queue,
+        db: Database,
         *,
         reap_interval: float,
         archive_retention: float | None,
         reap_batch: int = 1000,
         prune_batch: int = 5000,
     ) -> None:
-        self.app = app
+        self.db = db
         self.reap_interval = reap_interval
         self.archive_retention = archive_retention
         self.reap_batch = reap_batch
@@ -41,13 +53,7 @@ class Maintenance:
 
     async def reap(self) -> int:
         """Reap expired leases, a batch at a time, until none are left; return how many."""
-        total = 0
-        while True:
-            async with self.app.connection() as conn:
-                rows = await conn.fetch(self.app.queries.reap_expired, self.reap_batch, self.app.channel)
-            total += len(rows)
-            if len(rows) < self.reap_batch:
-                break
+        total = await reap(self.db, self.reap_batch)
         if total:
             logger.warning("reaped %d job(s) whose lease expired", total)
         self.reaped += total
@@ -59,9 +65,9 @@ class Maintenance:
             return 0
         total = 0
         while True:
-            async with self.app.connection() as conn:
+            async with self.db.connection() as conn:
                 status = await conn.execute(
-                    self.app.queries.prune_archive, self.archive_retention, self.prune_batch
+                    self.db.queries.prune_archive, self.archive_retention, self.prune_batch
                 )
             deleted = int(status.split()[-1])
             total += deleted
@@ -70,8 +76,8 @@ class Maintenance:
 
     async def prune_stats(self) -> int:
         """Delete throughput counters (``queue_stats``) older than an hour; return how many."""
-        async with self.app.connection() as conn:
-            status = await conn.execute(self.app.queries.prune_queue_stats, 3600.0)
+        async with self.db.connection() as conn:
+            status = await conn.execute(self.db.queries.prune_queue_stats, 3600.0)
         return int(status.split()[-1])
 
     async def run(self) -> None:

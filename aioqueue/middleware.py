@@ -15,58 +15,39 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Literal, TypeAlias
+from typing import Any, TypeAlias
 
-import anyio
-
-from .errors import Abort, Snooze
+from .executor import HandlerTimeout, Outcome, current_decision
 from .job import Job
+
+__all__ = ["HandlerTimeout", "Middleware", "Outcome", "call_with_middleware", "outcome"]
 
 Middleware: TypeAlias = Callable[[Job], AbstractAsyncContextManager[object]]
 """A callable that takes a job and returns an async context manager to run its handler in."""
 
-Outcome: TypeAlias = Literal["succeeded", "retried", "dead", "snoozed", "interrupted"]
-
-
-class HandlerTimeout(TimeoutError):
-    """A handler ran past its task's ``timeout``; seen by middleware, recorded as a failure."""
-
 
 async def call_with_middleware(
-    middleware: Sequence[Middleware],
-    job: Job,
-    handler: Callable[[], Awaitable[Any]],
-    timeout: float | None,
+    middleware: Sequence[Middleware], job: Job, handler: Callable[[], Awaitable[Any]]
 ) -> Any:
-    """Run ``handler`` under ``timeout`` inside every middleware; return its result.
+    """Run ``handler`` inside every middleware, first registered outermost; return its result.
 
-    The timeout sits inside the middleware, so they see it fire as :class:`HandlerTimeout`.
+    ``handler`` is the executor's call, timeout included, so middleware see the timeout fire as
+    :class:`HandlerTimeout`.
     """
     async with contextlib.AsyncExitStack() as stack:
         for factory in middleware:
             await stack.enter_async_context(factory(job))
-        if timeout is None:
-            return await handler()
-        with anyio.move_on_after(timeout) as deadline:
-            result = await handler()
-        if deadline.cancel_called:  # even if the handler swallowed the cancellation
-            raise HandlerTimeout(f"handler exceeded its timeout of {timeout}s")
-        return result
+        return await handler()
     return None  # a middleware suppressed the handler's exception
 
 
 def outcome(job: Job, error: BaseException | None) -> Outcome:
-    """Name what the worker does with ``job``'s attempt that ended with ``error`` (None: returned).
+    """Name what the worker does with ``job``'s attempt that ended with ``error`` (None: returned):
+    ``"succeeded"``, ``"retried"``, ``"dead"``, ``"snoozed"``, ``"interrupted"`` or ``"cancelled"``.
 
-    A middleware uses it to tell a retry from a dead job, as the executor decides: ``Abort`` or
-    a failure on the last attempt is dead, ``Snooze`` is snoozed, a cancellation is interrupted.
+    Called in a middleware, it reads the executor's own decision for the running attempt (the
+    same rule, with the reason the worker interrupted it, if it did): ``Abort`` or a failure on
+    the last attempt is dead, ``Snooze`` is snoozed, a cancellation by the worker is interrupted
+    (or cancelled, on a cancel request).
     """
-    if error is None:
-        return "succeeded"
-    if isinstance(error, anyio.get_cancelled_exc_class()):
-        return "interrupted"
-    if isinstance(error, Snooze):
-        return "snoozed"
-    if isinstance(error, Abort) or job.attempt >= job.max_attempts:
-        return "dead"
-    return "retried"
+    return current_decision(job, error)

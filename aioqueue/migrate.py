@@ -14,7 +14,7 @@ import zlib
 from importlib import resources
 
 from .job import Connection
-from .queries import validate_schema
+from .queries import for_schema, validate_schema
 
 _FILE = re.compile(r"(\d{4})_(\w+)\.sql")
 
@@ -58,14 +58,8 @@ def _lock_key(schema: str) -> int:
 
 
 def _preamble(schema: str) -> str:
-    return (
-        f"CREATE SCHEMA IF NOT EXISTS {schema};\n"
-        f"CREATE TABLE IF NOT EXISTS {schema}.migrations (\n"
-        "    version    int PRIMARY KEY,\n"
-        "    name       text NOT NULL,\n"
-        "    applied_at timestamptz NOT NULL DEFAULT now()\n"
-        ");"
-    )
+    q = for_schema(schema)
+    return f"{q.create_schema};\n{q.create_migrations_table};"
 
 
 def plan_sql(schema: str, applied: int = 0) -> str:
@@ -75,40 +69,32 @@ def plan_sql(schema: str, applied: int = 0) -> str:
     for m in migrations():
         if m.version > applied:
             parts.append(f"-- {m.version:04d}_{m.name}\n{m.render(schema)}")
-            parts.append(
-                f"INSERT INTO {schema}.migrations (version, name) VALUES ({m.version}, '{m.name}');"
-            )
+            # A script to read and run by hand: the values are this package's own constants.
+            parts.append(f"INSERT INTO {schema}.migrations (version, name) VALUES ({m.version}, '{m.name}');")
     return "\n\n".join(parts) + "\n"
 
 
 async def applied_version(conn: Connection, schema: str) -> int:
     """Return the schema's version, 0 when it has never been migrated."""
-    validate_schema(schema)
-    exists = await conn.fetchval(
-        "SELECT to_regclass($1) IS NOT NULL", f"{schema}.migrations"
-    )
-    if not exists:
+    q = for_schema(schema)
+    if not await conn.fetchval(q.schema_exists, f"{schema}.migrations"):
         return 0
-    version = await conn.fetchval(f"SELECT coalesce(max(version), 0) FROM {schema}.migrations")
-    return int(version)
+    return int(await conn.fetchval(q.schema_version))
 
 
 async def migrate(conn: Connection, schema: str) -> list[int]:
     """Bring ``schema`` to the newest version; return the versions this call applied."""
-    validate_schema(schema)
+    q = for_schema(schema)
     applied: list[int] = []
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(schema))
-        await conn.execute(_preamble(schema))
+        await conn.execute(q.migration_lock, _lock_key(schema))
+        await conn.execute(q.create_schema)
+        await conn.execute(q.create_migrations_table)
         current = await applied_version(conn, schema)
         for m in migrations():
             if m.version <= current:
                 continue
             await conn.execute(m.render(schema))
-            await conn.execute(
-                f"INSERT INTO {schema}.migrations (version, name) VALUES ($1, $2)",
-                m.version,
-                m.name,
-            )
+            await conn.execute(q.record_migration, m.version, m.name)
             applied.append(m.version)
     return applied

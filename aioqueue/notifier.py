@@ -3,7 +3,8 @@
 The connection is dedicated (outside the pool). It is pinged every ``ping_interval`` and watched
 for termination; when it drops, the notifier reconnects with backoff and, once back, wakes the
 producer at once, because notifications sent while it was away are lost. NOTIFY is only a hint:
-the producer's poll is what guarantees no job is missed.
+the producer's poll is what guarantees no job is missed. ``wait_result`` runs one too, on the
+channel of finished jobs: there is one listener, wherever aioqueue listens.
 """
 
 from __future__ import annotations
@@ -13,15 +14,12 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import asyncpg
 from anyio.abc import TaskStatus
-from asyncpg.pool import PoolConnectionProxy
 
 from .job import Connection
-from .signal import Flag
 
 if TYPE_CHECKING:
-    from .app import Queue
+    from .database import Database
 
 logger = logging.getLogger("aioqueue.notifier")
 
@@ -34,14 +32,14 @@ class Notifier:
 
     def __init__(
         self,
-        app: Queue,
+        db: Database,
         channels: Mapping[str, Callable[[str], None]],
         on_reconnect: Callable[[], None],
         *,
         ping_interval: float = 5.0,
         max_backoff: float = 5.0,
     ) -> None:
-        self.app = app
+        self.db = db
         self.channels = dict(channels)
         self.on_reconnect = on_reconnect
         self.ping_interval = ping_interval
@@ -49,31 +47,9 @@ class Notifier:
         self.connects = 0
         self.connected = False
         self.backend_pid: int | None = None
-        self.changed = Flag()
 
     def _listener(self, conn: Any, pid: int, channel: str, payload: object) -> None:
         self.channels[channel](str(payload))
-
-    async def _open(self) -> Connection:
-        """Return a connection to LISTEN on: dedicated, or borrowed from a user's pool."""
-        dsn, kwargs = self.app.connect_params()
-        conn: Connection
-        if dsn is not None:
-            conn = await asyncpg.connect(dsn, **kwargs)
-        else:
-            # A queue built on the user's pool alone: borrow one of its connections for good.
-            conn = await self.app.pool.acquire()
-        return conn
-
-    async def _close(self, conn: Connection) -> None:
-        try:
-            with anyio.fail_after(2):
-                if isinstance(conn, PoolConnectionProxy):
-                    await self.app.pool.release(conn)
-                elif not conn.is_closed():
-                    await conn.close()
-        except Exception:
-            conn.terminate()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled; report started after the first attempt to connect."""
@@ -81,7 +57,7 @@ class Notifier:
         started = False
         while True:
             try:
-                conn = await self._open()
+                conn = await self.db.connect()
             except Exception as exc:
                 failures += 1
                 delay = min(self.max_backoff, self.reconnect_delay * 2 ** min(failures, 10))
@@ -101,7 +77,6 @@ class Notifier:
                 self.connects += 1
                 self.connected = True
                 self.backend_pid = conn.get_server_pid()
-                self.changed.set()
                 if self.connects > 1:
                     logger.info("LISTEN connection restored; catching up")
                     self.on_reconnect()
@@ -113,9 +88,8 @@ class Notifier:
                 logger.warning("LISTEN connection lost (%s: %s)", type(exc).__name__, exc)
             finally:
                 self.connected = False
-                self.changed.set()
                 with anyio.CancelScope(shield=True):
-                    await self._close(conn)
+                    await self.db.disconnect(conn)
             await anyio.sleep(min(self.max_backoff, self.reconnect_delay * 2 ** min(failures, 10)))
             failures += 1
 
@@ -127,7 +101,7 @@ class Notifier:
             if lost.is_set() or conn.is_closed():
                 return
             with anyio.fail_after(max(1.0, self.ping_interval)):
-                await conn.execute("SELECT 1")
+                await conn.execute(self.db.queries.ping)
 
 
 def _setter(event: anyio.Event) -> Callable[[object], None]:

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 from croniter import croniter
 
+from . import enqueue
 from .errors import ConfigurationError
 from .job import Connection
-from .task import EnqueueOptions, Task
+from .task import Task
 
 if TYPE_CHECKING:
-    from .app import Queue
+    from .database import Database
 
 logger = logging.getLogger("aioqueue.periodic")
 
@@ -84,16 +85,16 @@ class Periodic:
 class Scheduler:
     """Enqueues each periodic task's slots, once each across every worker."""
 
-    def __init__(self, app: Queue, periodics: Sequence[Periodic]) -> None:
-        self.app = app
+    def __init__(self, db: Database, periodics: Sequence[Periodic]) -> None:
+        self.db = db
         self.periodics = list(periodics)
         self.enqueued = 0
 
     async def tick(self) -> datetime.datetime:
         """Enqueue every slot that is due and not yet enqueued; return the next slot time."""
-        q = self.app.queries
+        q = self.db.queries
         next_due: datetime.datetime | None = None
-        async with self.app.connection() as conn:
+        async with self.db.connection() as conn:
             for p in self.periodics:
                 async with conn.transaction():
                     now: datetime.datetime = await conn.fetchval(q.database_now)
@@ -115,8 +116,7 @@ class Scheduler:
         task = p.task
         text = task.encode((), p.kwargs)
         opts = dataclasses.replace(task.defaults, key=f"periodic:{p.name}:{slot.isoformat()}")
-        assert isinstance(opts, EnqueueOptions)
-        job_id = await self.app.insert_job(task, opts, text, conn)
+        job_id = await enqueue.insert_one(self.db, task, opts, text, conn)
         self.enqueued += 1
         logger.info("periodic %s: enqueued slot %s as job %d", p.name, slot.isoformat(), job_id)
 
@@ -125,8 +125,8 @@ class Scheduler:
         while True:
             try:
                 next_due = await self.tick()
-                async with self.app.connection() as conn:
-                    now: datetime.datetime = await conn.fetchval(self.app.queries.database_now)
+                async with self.db.connection() as conn:
+                    now: datetime.datetime = await conn.fetchval(self.db.queries.database_now)
                 # Sleep until the next slot by the database's clock, checking at least every minute.
                 delay = min(60.0, max(0.01, (next_due - now).total_seconds() + 0.005))
             except Exception as exc:

@@ -1,9 +1,12 @@
-"""Claim ready jobs for one worker: as many as it has free slots, in one statement.
+"""Claim ready jobs for one worker, end to end: how many, when, and in one statement.
 
-The producer waits for free capacity and for a reason to look (a notification, the end of a
-claim that filled every slot, or the poll tick), then claims with ``FOR UPDATE SKIP LOCKED`` in
-a single short statement and hands the jobs to the worker. It never runs a handler and never
-holds a transaction open beyond the claim.
+The producer owns the worker's claiming: it works out the free capacity (slots not taken by
+active handlers, plus the prefetch buffer, capped per queue when the worker caps queues), holds
+off while the completer has no room for more outcomes, and waits for a reason to look (a
+notification, a freed slot, the end of a claim that filled every slot, or the poll tick). It
+then claims with ``FOR UPDATE SKIP LOCKED`` in a single short statement, records the claims, and
+hands the jobs to the worker's runners. It never runs a handler and never holds a transaction
+open beyond the claim.
 """
 
 from __future__ import annotations
@@ -14,44 +17,149 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+
+from .claims import ClaimKey, Claims
 from .job import Job
 from .signal import Flag
 
 if TYPE_CHECKING:
-    from .app import Queue
+    from .completer import Completer
+    from .config import WorkerConfig
+    from .database import Database
 
 logger = logging.getLogger("aioqueue.producer")
 
 
 class Producer:
-    """Claims jobs of the given queues for one worker."""
+    """Claims jobs of ``queues`` for one worker, as its capacity allows."""
 
     def __init__(
         self,
-        app: Queue,
+        db: Database,
+        config: WorkerConfig,
         *,
-        worker_id: str,
         queues: Sequence[str],
-        lease: float,
-        poll_interval: float,
+        claims: Claims | None = None,
+        completer: Completer | None = None,
+        on_lost: Callable[[ClaimKey], object] = lambda claim: None,
+        ready: anyio.Event | None = None,
     ) -> None:
-        self.app = app
-        self.worker_id = worker_id
+        self.db = db
+        self.config = config
+        self.worker_id = config.name or "aioqueue"
         self.queues = list(queues)
-        self.lease = lease
-        self.poll_interval = poll_interval
+        self.claims = claims if claims is not None else Claims()
+        self.completer = completer
+        self.on_lost = on_lost
         self.wakeup = Flag()
-        self.claims = 0
+        self.ready = ready if ready is not None else anyio.Event()
+        """Set once the producer has looked for work (and the listener, if any, was started)."""
+        self.statements = 0
+        self.claimed = 0
+        self._stopping = False
+        self._slots = config.slots_by_queue
+        # With a prefetch buffer, refill it in large claims rather than one job at a time.
+        self._min_claim = max(1, min(config.batch_size or 1, config.prefetch // 2))
         # Queues with a global concurrency or rate limit: claims on them lock their settings
         # row first. Re-read at most every `limits_refresh` seconds.
         self.limited: list[str] = []
-        self.limits_refresh = max(poll_interval, 1.0)
+        self.limits_refresh = max(config.poll_interval, 1.0)
         self._limits_read_at = -math.inf
+
+    # -- steering ------------------------------------------------------------------------------
 
     def wake(self, queue: str | None = None) -> None:
         """Look for jobs now (``queue``: the queue a notification named, if any)."""
         if queue is None or queue in self.queues:
             self.wakeup.set()
+
+    def stop(self) -> None:
+        """Stop claiming; :meth:`run` returns at its next step."""
+        self._stopping = True
+        self.wakeup.set()
+        self.claims.freed.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stopping
+
+    # -- capacity ------------------------------------------------------------------------------
+
+    def capacity(self) -> tuple[int, list[int] | None]:
+        """How many jobs to claim now in all, and per queue when the worker caps queues."""
+        cfg = self.config
+        free = min(cfg.concurrency + cfg.prefetch - self.claims.active, cfg.batch_size or 1)
+        if self._slots is None:
+            return free, None
+        per_queue = [
+            max(0, min(free, self._slots.get(q, free) - self.claims.active_in(q))) for q in self.queues
+        ]
+        return min(free, sum(per_queue)), per_queue
+
+    def _should_wait(self, free: int) -> bool:
+        if free <= 0:
+            return True
+        # Below a worthwhile refill, wait for more room only while jobs in hand keep us busy.
+        if free < self._min_claim and self.claims.active:
+            return True
+        return self.completer is not None and not self.completer.has_room()
+
+    async def _wait_for_capacity(self) -> None:
+        if self.completer is not None and not self.completer.has_room():
+            await self.completer.wait_for_room(self.config.poll_interval)
+            return
+        self.claims.freed.clear()
+        await self.claims.freed.wait(self.config.poll_interval)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        send: MemoryObjectSendStream[Job],
+        *,
+        burst: bool = False,
+        on_claimed: Callable[[int], None] = lambda n: None,
+    ) -> None:
+        """Claim and hand jobs to ``send`` until stopped (or, in ``burst`` mode, until no job is
+        ready, none is running and every outcome is written). ``on_claimed(n)`` is called after
+        each claim that got ``n`` > 0 jobs, before they are sent."""
+        try:
+            while not self._stopping:
+                free, per_queue = self.capacity()
+                if self._should_wait(free):
+                    await self._wait_for_capacity()
+                    continue
+                jobs = await self.claim_with_retry(free, per_queue)
+                self.ready.set()
+                if jobs:
+                    for lost in self.claims.take(jobs):
+                        self.on_lost(lost)
+                    on_claimed(len(jobs))
+                    for job in jobs:
+                        send.send_nowait(job)
+                if len(jobs) == free:
+                    continue  # every slot filled: there may be more ready right now
+                if not burst:
+                    await self.wait()
+                elif jobs:
+                    continue
+                elif self.claims.active:
+                    await self._wait_for_capacity()
+                elif self.completer is not None and not self.completer.idle:
+                    await self.completer.wait_idle()  # outcomes first: a retry may be ready at once
+                else:
+                    return
+        finally:
+            self.ready.set()
+
+    async def wait(self) -> None:
+        """Wait for a notification or the poll tick, whichever comes first."""
+        await self.wakeup.wait(self.config.poll_interval)
+
+    # -- claiming ------------------------------------------------------------------------------
 
     async def claim(self, limit: int, per_queue: Sequence[int] | None = None) -> list[Job]:
         """Claim up to ``limit`` ready jobs (and up to ``per_queue[i]`` of ``queues[i]``) in one
@@ -60,11 +168,11 @@ class Producer:
         Claims on queues with a global limit run in a short transaction that first locks those
         queues' settings rows, so concurrent workers take turns and the limit holds.
         """
-        self.claims += 1
-        q = self.app.queries
+        self.statements += 1
+        q = self.db.queries
         wants = list(per_queue) if per_queue is not None else [limit] * len(self.queues)
-        args = (self.queues, wants, self.worker_id, self.lease, limit)
-        async with self.app.connection() as conn:
+        args = (self.queues, wants, self.worker_id, self.config.lease, limit)
+        async with self.db.connection() as conn:
             now = time.monotonic()
             if now - self._limits_read_at >= self.limits_refresh:
                 self.limited = [r["name"] for r in await conn.fetch(q.limited_queues, self.queues)]
@@ -75,25 +183,21 @@ class Producer:
                     rows = await conn.fetch(q.claim, *args)
             else:
                 rows = await conn.fetch(q.claim_unlimited, *args)
-        return Job.from_records(rows)
+        jobs = Job.from_records(rows)
+        self.claimed += len(jobs)
+        return jobs
 
-    async def wait(self) -> None:
-        """Wait for a notification or the poll tick, whichever comes first."""
-        await self.wakeup.wait(self.poll_interval)
-
-    async def claim_with_retry(
-        self, limit: int, stopping: Callable[[], bool], per_queue: Sequence[int] | None = None
-    ) -> list[Job]:
+    async def claim_with_retry(self, limit: int, per_queue: Sequence[int] | None = None) -> list[Job]:
         """Claim, and on a database error log it and back off rather than fail the worker;
-        return nothing once ``stopping()`` is true."""
+        return nothing once stopping."""
         failures = 0
-        while not stopping():
+        while not self._stopping:
             try:
                 self.wakeup.clear()
                 return await self.claim(limit, per_queue)
             except Exception as exc:
                 failures += 1
-                delay = min(max(self.poll_interval, 0.1) * 5, 0.05 * 2**failures)
+                delay = min(max(self.config.poll_interval, 0.1) * 5, 0.05 * 2**failures)
                 logger.warning("claiming jobs failed (%s: %s); retrying in %.2fs",
                                type(exc).__name__, exc, delay)
                 await self.wakeup.wait(delay)

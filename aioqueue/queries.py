@@ -15,7 +15,7 @@ from importlib import resources
 from .errors import ConfigurationError
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-_BLOCK = re.compile(r"^-- name: (\w+)\n", re.MULTILINE)
+_BLOCK = re.compile(r"^-- (name|fragment): (\w+)\n", re.MULTILINE)
 
 
 def validate_schema(schema: str) -> str:
@@ -32,7 +32,14 @@ def validate_schema(schema: str) -> str:
 class Queries:
     """The statements of ``queries.sql``, each rendered for one schema."""
 
+    create_schema: str
+    create_migrations_table: str
+    migration_lock: str
+    schema_exists: str
     schema_version: str
+    record_migration: str
+    notify: str
+    ping: str
     enqueue: str
     enqueue_many: str
     claim: str
@@ -63,14 +70,24 @@ class Queries:
 
 
 def parse(text: str) -> dict[str, str]:
-    """Split ``queries.sql`` into ``{name: statement}``, comments and trailing ``;`` removed."""
+    """Split ``queries.sql`` into ``{name: statement}``, comments and trailing ``;`` removed.
+
+    A ``-- fragment: NAME`` block is not a statement: its text replaces ``{NAME}`` in the
+    statements, so that SQL two statements share is written once.
+    """
     parts = _BLOCK.split(text)
     statements: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+    fragments: dict[str, str] = {}
+    for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
         lines = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
         sql = "\n".join(lines).strip().rstrip(";").strip()
-        if name in statements:
+        into = statements if kind == "name" else fragments
+        if name in statements or name in fragments:
             raise ValueError(f"queries.sql names {name!r} twice")
+        into[name] = sql
+    for name, sql in statements.items():
+        for fragment, body in fragments.items():
+            sql = sql.replace("{" + fragment + "}", body)
         statements[name] = sql
     return statements
 

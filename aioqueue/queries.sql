@@ -1,18 +1,52 @@
 -- Every statement aioqueue sends, named. `{schema}` is the validated schema name; every value
 -- is a $n parameter. The loader (queries.py) turns each block into a field of `Queries`.
 
+-- name: create_schema
+-- Migrations, first step: the schema itself.
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+-- name: create_migrations_table
+-- Migrations, second step: the table that records which versions are applied.
+CREATE TABLE IF NOT EXISTS {schema}.migrations (
+    version    int PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: migration_lock
+-- Migrations take turns per schema: a transaction-scoped advisory lock on key $1.
+SELECT pg_advisory_xact_lock($1);
+
+-- name: schema_exists
+-- Whether the migrations table exists ($1: its qualified name); false before the first migrate.
+SELECT to_regclass($1) IS NOT NULL;
+
 -- name: schema_version
--- The newest migration applied, or an error when the schema does not exist.
-SELECT coalesce(max(version), 0) FROM {schema}.migrations;
+-- The newest migration applied (0: none).
+SELECT coalesce(max(m.version), 0) FROM {schema}.migrations AS m;
+
+-- name: record_migration
+-- Record that version $1, named $2, is applied.
+INSERT INTO {schema}.migrations (version, name) VALUES ($1, $2);
+
+-- name: notify
+-- Send payload $2 on channel $1 (as part of the caller's transaction: delivered at commit).
+SELECT pg_notify($1, $2);
+
+-- name: ping
+-- Is the connection alive? The listener's keep-alive.
+SELECT 1;
 
 -- name: enqueue
 -- Insert one job and wake the workers of its queue; a live job with the same dedup key is
--- returned instead of a new one. `inserted` tells which happened.
+-- returned instead of a new one. `inserted` tells which happened. The parameters come in the
+-- order of enqueue_many's: $1 queue, $2 task, $3 priority, $4 run_at, $5 delay, $6
+-- max_attempts, $7 archive, $8 args, $9 dedup key, $10 channel.
 WITH ins AS (
     INSERT INTO {schema}.jobs AS j
         (queue, task, args, priority, run_at, max_attempts, dedup_key, archive)
-    VALUES ($1, $2, $3::jsonb, $4,
-            coalesce($5::timestamptz, now()) + make_interval(secs => $6), $7, $8, $9)
+    VALUES ($1, $2, $8::jsonb, $3,
+            coalesce($4::timestamptz, now()) + make_interval(secs => $5), $6, $9, $7)
     ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
     DO UPDATE SET dedup_key = EXCLUDED.dedup_key
     RETURNING j.id, (j.xmax = 0) AS inserted
@@ -37,6 +71,38 @@ notified AS (
     SELECT pg_notify($10, $1) WHERE EXISTS (SELECT FROM ins)
 )
 SELECT ins.id, ins.dedup_key, (SELECT count(*) FROM notified) AS notified FROM ins;
+
+-- fragment: claim_pick
+-- The locking core of both claims: up to wanted.n ready jobs of each wanted queue (at most $5
+-- in all), in claim order, skipping rows other workers hold. MATERIALIZED stops the planner
+-- from re-running the locking subquery, which could lock more rows than the limit.
+picked AS MATERIALIZED (
+    SELECT c.id
+    FROM wanted
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at
+        FROM {schema}.jobs AS j
+        WHERE j.status = 'pending' AND j.queue = wanted.queue AND j.run_at <= now()
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT wanted.n
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT $5
+)
+
+-- fragment: claim_update
+-- Mark the picked jobs running under worker $3's lease of $4 seconds; one attempt more.
+UPDATE {schema}.jobs AS j
+SET status = 'running',
+    attempts = j.attempts + 1,
+    locked_at = now(),
+    locked_by = $3,
+    lease_expires_at = now() + make_interval(secs => $4)
+-- By primary key, never a hash join over a scan of the whole table.
+WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
+RETURNING j.id, j.queue, j.task, j.args::text AS args, j.priority, j.attempts, j.max_attempts,
+          j.run_at, j.created_at
 
 -- name: claim
 -- Lock up to n ready jobs per queue (at most $5 in all), skipping rows other workers hold,
@@ -64,31 +130,9 @@ wanted AS (
     FROM unnest($1::text[], $2::int[]) AS w(queue, n)
     LEFT JOIN settings AS s ON s.name = w.queue
 ),
-picked AS MATERIALIZED (
-    SELECT c.id
-    FROM wanted
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at
-        FROM {schema}.jobs AS j
-        WHERE j.status = 'pending' AND j.queue = wanted.queue AND j.run_at <= now()
-        ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT wanted.n
-        FOR UPDATE SKIP LOCKED
-    ) AS c
-    ORDER BY c.priority DESC, c.run_at, c.id
-    LIMIT $5
-),
+{claim_pick},
 claimed AS (
-    UPDATE {schema}.jobs AS j
-    SET status = 'running',
-        attempts = j.attempts + 1,
-        locked_at = now(),
-        locked_by = $3,
-        lease_expires_at = now() + make_interval(secs => $4)
-    -- By primary key, never a hash join over a scan of the whole table.
-    WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
-    RETURNING j.id, j.queue, j.task, j.args::text AS args, j.priority, j.attempts, j.max_attempts,
-              j.run_at, j.created_at
+    {claim_update}
 ),
 started AS (
     UPDATE {schema}.queues AS s
@@ -110,30 +154,8 @@ WITH wanted AS (
     FROM unnest($1::text[], $2::int[]) AS w(queue, n)
     WHERE NOT EXISTS (SELECT FROM {schema}.queues AS s WHERE s.name = w.queue AND s.paused)
 ),
-picked AS MATERIALIZED (
-    SELECT c.id
-    FROM wanted
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at
-        FROM {schema}.jobs AS j
-        WHERE j.status = 'pending' AND j.queue = wanted.queue AND j.run_at <= now()
-        ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT wanted.n
-        FOR UPDATE SKIP LOCKED
-    ) AS c
-    ORDER BY c.priority DESC, c.run_at, c.id
-    LIMIT $5
-)
-UPDATE {schema}.jobs AS j
-SET status = 'running',
-    attempts = j.attempts + 1,
-    locked_at = now(),
-    locked_by = $3,
-    lease_expires_at = now() + make_interval(secs => $4)
--- By primary key, never a hash join over a scan of the whole table.
-WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
-RETURNING j.id, j.queue, j.task, j.args::text AS args, j.priority, j.attempts, j.max_attempts,
-          j.run_at, j.created_at;
+{claim_pick}
+{claim_update};
 
 -- name: lock_queues
 -- Lock the rows of the limited queues among $1, in name order, so that claims on them take
@@ -204,7 +226,7 @@ SELECT (SELECT count(*) FROM archived) AS cancelled,
 
 -- name: cancel_requests
 -- Which of the jobs $1 (held by this worker under attempts $2) have a cancel request.
-SELECT j.id
+SELECT j.id, j.attempts
 FROM {schema}.jobs AS j
 JOIN unnest($1::bigint[], $2::int[]) AS h(id, attempts) ON j.id = h.id AND j.attempts = h.attempts
 WHERE j.cancel_requested AND j.status = 'running';
@@ -315,13 +337,14 @@ WHERE j.id = r.id AND j.attempts = r.attempts AND j.status || '' = 'running'  --
 RETURNING j.id;
 
 -- name: extend_leases
--- Heartbeat: push out the leases of every job this worker holds; returns the ones it still
--- holds, so the caller learns which it lost.
+-- Heartbeat: push out the leases of every claim (id $1, attempt $2) this worker holds; returns
+-- the claims it still holds, so the caller learns which it lost. Fenced by the claim, so a lease
+-- that expired but was not reaped yet is renewed only for the attempt that still holds the row.
 UPDATE {schema}.jobs AS j
 SET lease_expires_at = now() + make_interval(secs => $3)
 FROM unnest($1::bigint[], $2::int[]) AS h(id, attempts)
 WHERE j.id = h.id AND j.attempts = h.attempts AND j.status || '' = 'running'  -- see complete
-RETURNING j.id;
+RETURNING j.id, j.attempts;
 
 -- name: reap_expired
 -- Return running jobs whose lease expired (their worker died or stalled) to pending, or to

@@ -16,7 +16,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from . import payload
+from . import enqueue, payload
 from .errors import ConfigurationError, JobArgumentsError
 from .job import Connection, JobRef
 from .retry import Backoff
@@ -239,7 +239,8 @@ class Enqueuer(Generic[P, R]):
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
         """Store one job; return its id (the live job's id when its dedup key is taken)."""
         text = self.task.encode(args, kwargs)
-        return await self.task.app.insert_job(self.task, self.opts, text, self.conn)
+        app = self.task.app
+        return JobRef(await enqueue.insert_one(app.database, self.task, self.opts, text, self.conn), app)
 
     async def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[JobRef]:
         """Store one job per mapping of keyword arguments in one statement; return their ids.
@@ -264,4 +265,6 @@ class Enqueuer(Generic[P, R]):
                 raise type(exc)(f"item {i} of enqueue_many: {exc}") from None
         if not texts:
             return []
-        return await self.task.app.insert_jobs(self.task, self.opts, texts, None, self.conn)
+        app = self.task.app
+        ids = await enqueue.insert_many(app.database, self.task, self.opts, texts, None, self.conn)
+        return [JobRef(job_id, app) for job_id in ids]

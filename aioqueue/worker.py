@@ -1,30 +1,30 @@
 """The worker: one task group that owns a producer, handler runners, a completer, a notifier,
-a heartbeat and maintenance, and shuts them down in order.
+a heartbeat, a cancel watch and maintenance, and shuts them down in order.
 
 ``run()`` works until ``stop()`` or SIGINT/SIGTERM (a second signal interrupts running
 handlers at once); ``run_until_empty()`` processes every ready job and returns. Shutdown stops
 claiming, lets running handlers finish within ``grace_period``, interrupts the rest (they go
 back to pending without spending an attempt), writes every outcome, and closes the listener.
+The worker wires the services together; each owns its own state (claiming in the producer,
+held claims in :class:`~aioqueue.claims.Claims`, outcomes in the executor, writes in the
+completer).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
-import math
-import os
-import secrets
 import signal
-import socket
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Unpack
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream
 
-from .app import Queue
+from .claims import ClaimKey, Claims
 from .completer import Completer
+from .config import WorkerConfig, WorkerOptions
 from .errors import ConfigurationError
 from .executor import Executor, Interrupt
 from .job import Job
@@ -33,8 +33,9 @@ from .maintenance import Maintenance
 from .notifier import Notifier
 from .periodic import Scheduler
 from .producer import Producer
-from .signal import Flag
-from .task import check_name
+
+if TYPE_CHECKING:
+    from .app import Queue
 
 logger = logging.getLogger("aioqueue.worker")
 
@@ -52,100 +53,44 @@ class WorkerStats:
     cancelled: int = 0
 
 
-def _slots(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
-    return value
-
-
-def _positive(name: str, value: float, *, minimum: float = 0.0) -> float:
-    if not isinstance(value, int | float) or not math.isfinite(value) or value <= minimum:
-        raise ConfigurationError(f"{name} must be a number greater than {minimum}, got {value!r}")
-    return float(value)
-
-
 class Worker:
-    """Runs the jobs of one :class:`~aioqueue.Queue`'s tasks, ``concurrency`` at a time."""
+    """Runs the jobs of one :class:`~aioqueue.Queue`'s tasks, ``concurrency`` at a time.
 
-    def __init__(
-        self,
-        app: Queue,
-        *,
-        concurrency: int = 10,
-        queues: Sequence[str] | Mapping[str, int] | None = None,
-        poll_interval: float = 1.0,
-        lease: float = 300.0,
-        grace_period: float = 30.0,
-        heartbeat_interval: float | None = None,
-        reap_interval: float | None = None,
-        archive_retention: float | None = 7 * 86400.0,
-        batch_size: int | None = None,
-        prefetch: int = 0,
-        completion_batch: int = 1000,
-        completion_interval: float = 0.002,
-        listen: bool = True,
-        ping_interval: float = 5.0,
-        name: str | None = None,
-        install_signal_handlers: bool = True,
-    ) -> None:
-        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
-            raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
+    Options are those of :class:`~aioqueue.WorkerConfig`; pass ``config=`` to start from a
+    config object (keyword options then override its fields).
+    """
+
+    def __init__(self, app: Queue, config: WorkerConfig | None = None, **options: Unpack[WorkerOptions]) -> None:
+        if config is not None and not isinstance(config, WorkerConfig):
+            raise ConfigurationError(f"config must be an aioqueue.WorkerConfig, got {config!r}")
         self.app = app
-        self.concurrency = concurrency
-        self.queues = None if queues is None else [check_name("queue name", q) for q in queues]
-        # Per-queue caps on this worker's slots, when queues is a mapping {queue: slots}.
-        self.queue_concurrency: dict[str, int] | None = None
-        if isinstance(queues, Mapping):
-            self.queue_concurrency = {
-                name: _slots(f"concurrency of queue {name!r}", slots) for name, slots in queues.items()
-            }
-        self.poll_interval = _positive("poll_interval", poll_interval)
-        self.lease = _positive("lease", lease, minimum=0.1)
-        if not isinstance(grace_period, int | float) or grace_period < 0:
-            raise ConfigurationError(f"grace_period must be >= 0, got {grace_period!r}")
-        self.grace_period = float(grace_period)
-        self.heartbeat_interval = _positive(
-            "heartbeat_interval", heartbeat_interval or min(self.lease / 3, 30.0)
-        )
-        if self.heartbeat_interval >= self.lease:
-            raise ConfigurationError("heartbeat_interval must be shorter than the lease")
-        self.reap_interval = _positive("reap_interval", reap_interval or min(self.lease / 2, 60.0))
-        self.archive_retention = archive_retention
-        if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
-            raise ConfigurationError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        # Jobs claimed ahead of free slots, waiting in a local buffer (already running under
-        # our lease): handlers never wait for a claim round trip. Unstarted ones go back on stop.
-        self.prefetch = prefetch
-        self.batch_size = batch_size or concurrency + prefetch
-        self.completion_batch = completion_batch
-        self.completion_interval = completion_interval
-        self.listen = listen
-        self.ping_interval = ping_interval
-        self.install_signal_handlers = install_signal_handlers
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.config = WorkerConfig.from_options(options, base=config) if options or config is None else config
+        self.name: str = self.config.name or ""
         self.ready = anyio.Event()
+        """Set once the worker is listening and has looked for work once."""
         self.notifier: Notifier | None = None
         self.producer: Producer | None = None
         self.executor: Executor | None = None
         self.heartbeat: Heartbeat | None = None
         self.maintenance: Maintenance | None = None
         self.scheduler: Scheduler | None = None
-        self._counts: dict[str, int] = {}
-        self._active = 0
-        self._active_by_queue: dict[str, int] = {}
-        self._capacity = Flag()
-        self._idle = Flag()
+        self.claims = Claims()
         self._stop = False
         self._running = False
+
+    @property
+    def concurrency(self) -> int:
+        """How many handlers run at once."""
+        return self.config.concurrency
 
     # -- control -------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop claiming; running handlers get ``grace_period`` to finish. Returns at once."""
+        """Stop claiming; running handlers get ``grace_period`` to finish. Returns at once: await
+        ``run()`` (or its task) to know when the worker is done."""
         self._stop = True
-        self._capacity.set()
         if self.producer is not None:
-            self.producer.wake()
+            self.producer.stop()
 
     def abort(self) -> None:
         """Stop claiming and interrupt running handlers now (their jobs go back to pending)."""
@@ -156,12 +101,14 @@ class Worker:
     @property
     def stats(self) -> WorkerStats:
         """Counts so far."""
-        return WorkerStats(**self._counts)
+        counts: dict[str, int] = {} if self.executor is None else dict(self.executor.counts)
+        counts["claimed"] = self.producer.claimed if self.producer is not None else 0
+        return WorkerStats(**counts)
 
     @property
     def active(self) -> int:
         """Jobs claimed and not yet finished by their handler."""
-        return self._active
+        return self.claims.active
 
     async def run(self) -> WorkerStats:
         """Work until :meth:`stop`, :meth:`abort` or SIGINT/SIGTERM; return the counts."""
@@ -178,158 +125,97 @@ class Worker:
             raise RuntimeError("this worker is already running")
         self._running = True
         self._stop = False
+        db = self.app.database
         opened = False
         try:
-            if self.app._pool is None:
-                await self.app.open()
+            if not db.is_open:
+                await db.open()
                 opened = True
-            await self.app.check_schema()
+            await db.check_schema()
             await self._serve(burst)
         finally:
             self._running = False
             if opened:
                 with anyio.CancelScope(shield=True):
-                    await self.app.close()
+                    await db.close()
         return self.stats
 
     async def _serve(self, burst: bool) -> None:
-        queues = self.queues or sorted({t.queue for t in self.app.tasks.values()})
+        cfg, db = self.config, self.app.database
+        queues = list(cfg.queues or sorted({t.queue for t in self.app.tasks.values()}))
         if not queues:
             raise ConfigurationError("the worker has no queues: register a task or pass queues=[...]")
-        holdings: dict[int, int] = {}
-
-        def written(claims: list[tuple[int, int]]) -> None:
-            for job_id, attempt in claims:
-                # Only that claim: the job may already be held again under a newer attempt.
-                if holdings.get(job_id) == attempt:
-                    del holdings[job_id]
-
-        self._counts = {}
+        claims = self.claims = Claims()
         completer = Completer(
-            self.app,
-            batch_size=self.completion_batch,
-            interval=self.completion_interval,
-            on_written=written,
+            db,
+            batch_size=cfg.completion_batch,
+            interval=cfg.completion_interval,
+            max_backlog=max(cfg.completion_batch * 4, cfg.concurrency * 2),
+            on_written=claims.release,
         )
-        executor = self.executor = Executor(self.app, completer, self._counts)
+        executor = self.executor = Executor(self.app.tasks, self.app.middleware, completer)
         producer = self.producer = Producer(
-            self.app,
-            worker_id=self.name,
-            queues=queues,
-            lease=self.lease,
-            poll_interval=self.poll_interval,
+            db, cfg, queues=queues, claims=claims, completer=completer, on_lost=self._lost, ready=self.ready
         )
+        if self._stop:
+            producer.stop()
         self.heartbeat = Heartbeat(
-            self.app,
-            holdings,
-            lease=self.lease,
-            interval=self.heartbeat_interval,
-            writing=completer.writing,
-            on_lost=functools.partial(executor.interrupt, reason=Interrupt.LEASE_LOST),
+            db, claims, lease=cfg.lease, interval=cfg.heartbeat_interval or 1.0,
+            writing=completer.writing, on_lost=self._lost,
         )
         self.maintenance = Maintenance(
-            self.app, reap_interval=self.reap_interval, archive_retention=self.archive_retention
+            db, reap_interval=cfg.reap_interval or 1.0, archive_retention=cfg.archive_retention
         )
         try:
             async with anyio.create_task_group() as services:
                 services.start_soon(completer.run)
                 services.start_soon(self.heartbeat.run)
                 services.start_soon(self.maintenance.run)
-                if self.listen and not burst:
+                if cfg.listen and not burst:
                     channels: dict[str, Callable[[str], None]] = {
-                        self.app.channel: producer.wake,
-                        self.app.cancel_channel: self._on_cancel,
+                        db.channels.jobs: producer.wake,
+                        db.channels.cancel: self._on_cancel,
                     }
-                    self.notifier = Notifier(self.app, channels, producer.wake, ping_interval=self.ping_interval)
+                    self.notifier = Notifier(db, channels, producer.wake, ping_interval=cfg.ping_interval)
                     await services.start(self.notifier.run)
-                services.start_soon(self._watch_cancels, holdings)
+                services.start_soon(self._watch_cancels)
                 periodics = [p for p in self.app.periodics.values() if p.task.queue in queues]
                 if periodics and not burst:
-                    self.scheduler = Scheduler(self.app, periodics)
+                    self.scheduler = Scheduler(db, periodics)
                     services.start_soon(self.scheduler.run)
-                if self.install_signal_handlers and threading.current_thread() is threading.main_thread():
+                if cfg.install_signal_handlers and threading.current_thread() is threading.main_thread():
                     services.start_soon(self._watch_signals)
-                logger.info(
-                    "worker %s started: queues=%s concurrency=%d", self.name, ",".join(queues),
-                    self.concurrency,
-                )
+                logger.info("worker %s started: queues=%s concurrency=%d", self.name, ",".join(queues),
+                            cfg.concurrency)
                 try:
-                    await self._work(producer, executor, completer, holdings, burst)
+                    await self._work(producer, executor, completer, burst)
                 finally:
                     services.cancel_scope.cancel()
         finally:
             await self._final_flush(completer)
             logger.info("worker %s stopped: %s", self.name, self.stats)
 
-    async def _work(
-        self,
-        producer: Producer,
-        executor: Executor,
-        completer: Completer,
-        holdings: dict[int, int],
-        burst: bool,
-    ) -> None:
-        send, receive = anyio.create_memory_object_stream[Job](max_buffer_size=self.concurrency + self.prefetch)
-        self._idle.set()
+    async def _work(self, producer: Producer, executor: Executor, completer: Completer, burst: bool) -> None:
+        cfg = self.config
+        send, receive = anyio.create_memory_object_stream[Job](max_buffer_size=cfg.concurrency + cfg.prefetch)
         async with anyio.create_task_group() as runners:
-            async with receive:
-                for _ in range(self.concurrency):
+            started = 0
+
+            def enough_runners(_claimed: int) -> None:
+                # Runners start as jobs arrive, up to the concurrency: setting up costs nothing
+                # for slots that are never used.
+                nonlocal started
+                while started < min(cfg.concurrency, self.claims.active):
                     runners.start_soon(self._runner, receive.clone(), executor, completer)
+                    started += 1
+
             try:
                 async with send:
-                    await self._produce(producer, completer, holdings, send, burst)
+                    await producer.run(send, burst=burst, on_claimed=enough_runners)
             finally:
+                receive.close()
                 self.ready.set()
             runners.start_soon(self._enforce_grace, executor, runners.cancel_scope)
-
-    async def _produce(
-        self,
-        producer: Producer,
-        completer: Completer,
-        holdings: dict[int, int],
-        send: MemoryObjectSendStream[Job],
-        burst: bool,
-    ) -> None:
-        backlog_limit = max(self.completion_batch * 4, self.concurrency * 2)
-        # With a prefetch buffer, refill it in large claims rather than one job at a time.
-        min_claim = max(1, min(self.batch_size, self.prefetch // 2))
-        while not self._stop:
-            free = min(self.concurrency + self.prefetch - self._active, self.batch_size)
-            per_queue = None
-            if self.queue_concurrency is not None:
-                per_queue = [
-                    max(0, min(free, self.queue_concurrency.get(q, free) - self._active_by_queue.get(q, 0)))
-                    for q in producer.queues
-                ]
-                free = min(free, sum(per_queue))
-            # Below min_claim, wait for a bigger refill only while jobs in hand keep us busy.
-            if free <= 0 or (free < min_claim and self._active) or len(completer) > backlog_limit:
-                self._capacity.clear()
-                await self._capacity.wait(self.poll_interval)
-                continue
-            jobs = await producer.claim_with_retry(free, lambda: self._stop, per_queue)
-            self.ready.set()  # listening, and has looked for work once
-            if jobs:
-                self._counts["claimed"] = self._counts.get("claimed", 0) + len(jobs)
-                self._idle.clear()
-                for job in jobs:
-                    holdings[job.id] = job.attempt
-                    self._active += 1
-                    self._active_by_queue[job.queue] = self._active_by_queue.get(job.queue, 0) + 1
-                    send.send_nowait(job)
-            if len(jobs) == free:
-                continue  # every slot filled: there may be more ready right now
-            if not burst:
-                await producer.wait()
-            elif jobs:
-                continue
-            elif self._active:
-                self._capacity.clear()
-                await self._capacity.wait(self.poll_interval)
-            elif len(completer):
-                await completer.wait_idle()  # outcomes first: a retry may be ready at once
-            else:
-                return
 
     async def _runner(
         self, receive: MemoryObjectReceiveStream[Job], executor: Executor, completer: Completer
@@ -358,38 +244,45 @@ class Worker:
                         completer.rescheduled(job, 0.0)
                     else:
                         await executor.execute(job)
+                except Exception:
+                    # Only a bug in aioqueue's own bookkeeping gets here (handlers' errors are
+                    # outcomes): say so loudly and keep the worker's other jobs running. The
+                    # job's lease returns it if no outcome was recorded.
+                    logger.exception("internal error while running job %d attempt %d", job.id, job.attempt)
                 finally:
-                    self._active -= 1
-                    self._active_by_queue[job.queue] -= 1
-                    self._capacity.set()
-                    if not self._active:
-                        self._idle.set()
+                    self.claims.finished(job)
 
     async def _enforce_grace(self, executor: Executor, runners: anyio.CancelScope) -> None:
-        if await self._idle.wait(self.grace_period):
+        if await self.claims.idle.wait(self.config.grace_period):
             return
         count = executor.interrupt_all(Interrupt.SHUTDOWN)
-        logger.warning("grace period of %.1fs over: interrupting %d running job(s)", self.grace_period, count)
-        if not await self._idle.wait(10.0):
+        logger.warning("grace period of %.1fs over: interrupting %d running job(s)", self.config.grace_period, count)
+        if not await self.claims.idle.wait(10.0):
             logger.error("handlers ignored cancellation; abandoning them to the lease")
             runners.cancel()
+
+    def _lost(self, claim: ClaimKey) -> None:
+        """The lease of ``claim`` is lost (reaped, or the job claimed again): stop its handler."""
+        if self.executor is not None:
+            self.executor.interrupt(claim, Interrupt.LEASE_LOST)
 
     def _on_cancel(self, payload: str) -> None:
         """A cancel request arrived by NOTIFY: interrupt the job if it runs here."""
         if self.executor is not None and payload.isdigit():
-            self.executor.interrupt(int(payload), Interrupt.CANCELLED)
+            self.executor.interrupt_job(int(payload), Interrupt.CANCELLED)
 
-    async def _watch_cancels(self, holdings: dict[int, int]) -> None:
+    async def _watch_cancels(self) -> None:
         """Poll for cancel requests of held jobs: the backstop for a lost notification."""
+        db = self.app.database
         failing = False
         while True:
-            await anyio.sleep(self.poll_interval)
-            if not holdings or self.executor is None:
+            await anyio.sleep(self.config.poll_interval)
+            held = self.claims.held()
+            if not held or self.executor is None:
                 continue
-            held = dict(holdings)
             try:
-                async with self.app.connection() as conn:
-                    rows = await conn.fetch(self.app.queries.cancel_requests, list(held), list(held.values()))
+                async with db.connection() as conn:
+                    rows = await conn.fetch(db.queries.cancel_requests, [i for i, _ in held], [a for _, a in held])
             except Exception as exc:
                 if not failing:  # once per outage, not once a tick
                     logger.warning("checking for cancel requests failed (%s: %s)", type(exc).__name__, exc)
@@ -397,7 +290,7 @@ class Worker:
                 continue
             failing = False
             for row in rows:
-                self.executor.interrupt(row["id"], Interrupt.CANCELLED)
+                self.executor.interrupt((row["id"], row["attempts"]), Interrupt.CANCELLED)
 
     async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

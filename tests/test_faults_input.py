@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 import aioqueue
 from aioqueue import migrate
+from aioqueue.config import WorkerConfig
 from aioqueue.producer import Producer
 from aioqueue.task import MAX_DELAY_SECONDS
 
@@ -48,8 +49,7 @@ class Harness:
             pass
 
         self.take = take
-        self.producer = Producer(self.queue, worker_id="hypothesis", queues=["default"], lease=60,
-                                 poll_interval=1)
+        self.producer = Producer(self.queue.database, WorkerConfig(name="hypothesis", lease=60), queues=["default"])
 
     def run(self, coro: Awaitable[T]) -> T:
         return self.loop.run_until_complete(coro)

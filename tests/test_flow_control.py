@@ -272,6 +272,6 @@ async def test_retention_prunes_archive_in_bounded_batches(q: aioqueue.Queue, db
     # One statement deletes at most one batch...
     assert await db.execute(q.queries.prune_archive, 7 * 86400.0, 10) == "DELETE 10"
     # ...and prune() repeats it until nothing old is left.
-    maintenance = Maintenance(q, reap_interval=60, archive_retention=7 * 86400, prune_batch=10)
+    maintenance = Maintenance(q.database, reap_interval=60, archive_retention=7 * 86400, prune_batch=10)
     assert await maintenance.prune() == 15
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs_done") == 5

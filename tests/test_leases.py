@@ -80,7 +80,7 @@ async def test_lost_lease_interrupts_the_handler(q: aioqueue.Queue, db: asyncpg.
     job_id = await long.enqueue()
     worker = q.worker(lease=30, heartbeat_interval=0.1, reap_interval=3600)
     async with running(worker):
-        await eventually(lambda: job_id in (worker.executor.running if worker.executor else {}),
+        await eventually(lambda: (job_id, 1) in (worker.executor.running if worker.executor else {}),
                          what="the handler to start")
         # Another worker reaped and re-claimed it: this worker's claim is gone.
         await db.execute("UPDATE aioqueue.jobs SET attempts = attempts + 1, locked_by = 'other'")

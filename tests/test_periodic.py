@@ -92,7 +92,7 @@ async def _scheduler(q: aioqueue.Queue, missed: str, grace: float = 60.0) -> Sch
         name=yearly.name, task=yearly, cron="0 0 1 1 *", every=None, missed=missed,  # type: ignore[arg-type]
         misfire_grace=grace, kwargs={},
     )
-    return Scheduler(q, [p])
+    return Scheduler(q.database, [p])
 
 
 @pytest.mark.parametrize(("missed", "expected"), [("once", 1), ("skip", 0)])

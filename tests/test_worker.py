@@ -11,6 +11,7 @@ import pytest
 
 import aioqueue
 from aioqueue.completer import Completer
+from aioqueue.config import WorkerConfig
 from aioqueue.producer import Producer
 
 from .helpers import eventually, running
@@ -49,7 +50,7 @@ async def test_claim_never_takes_more_than_asked(q: aioqueue.Queue, db: asyncpg.
         pass
 
     await noop.enqueue_many([{}] * 10)
-    producer = Producer(q, worker_id="w", queues=["default"], lease=60, poll_interval=1)
+    producer = Producer(q.database, WorkerConfig(name="w", lease=60), queues=["default"])
     jobs = await producer.claim(3)
     assert len(jobs) == 3
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status = 'running'") == 3
@@ -71,7 +72,7 @@ async def test_claims_in_batches_up_to_free_capacity(q: aioqueue.Queue) -> None:
     assert stats.succeeded == 200
     assert worker.producer is not None
     # 200 jobs at 50 slots: a handful of claims (one per refill), never one per job.
-    assert worker.producer.claims < 40
+    assert worker.producer.statements < 40
 
 
 async def test_eight_workers_race_over_5000_jobs_none_twice(dsn: str, db: asyncpg.Connection) -> None:
@@ -284,8 +285,8 @@ async def test_finishing_writes_are_fenced_by_the_claim(q: aioqueue.Queue, db: a
         pass
 
     await noop.enqueue()
-    first = Producer(q, worker_id="first", queues=["default"], lease=60, poll_interval=1)
-    second = Producer(q, worker_id="second", queues=["default"], lease=60, poll_interval=1)
+    first = Producer(q.database, WorkerConfig(name="first", lease=60), queues=["default"])
+    second = Producer(q.database, WorkerConfig(name="second", lease=60), queues=["default"])
     [stale] = await first.claim(1)
     # The first worker stalls; its lease runs out and the reaper hands the job to the second.
     await db.execute("UPDATE aioqueue.jobs SET lease_expires_at = now() - interval '1 second'")
@@ -293,7 +294,7 @@ async def test_finishing_writes_are_fenced_by_the_claim(q: aioqueue.Queue, db: a
     [fresh] = await second.claim(1)
     assert (stale.id, stale.attempt, fresh.attempt) == (fresh.id, 1, 2)
 
-    late = Completer(q)
+    late = Completer(q.database)
     late.succeeded(stale, None)
     late.failed(stale, "late failure", aioqueue.Backoff())
     late.rescheduled(stale, 0.0)
@@ -303,7 +304,7 @@ async def test_finishing_writes_are_fenced_by_the_claim(q: aioqueue.Queue, db: a
     assert dict(row) == {"status": "running", "attempts": 2, "locked_by": "second", "last_error": row["last_error"]}
     assert row["last_error"].startswith("LeaseExpired")
 
-    done = Completer(q)
+    done = Completer(q.database)
     done.succeeded(fresh, None)
     await done.flush()
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0

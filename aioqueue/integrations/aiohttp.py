@@ -10,11 +10,13 @@ the pool. Request handlers enqueue inside their own transaction, as with any asy
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Unpack
 
+import asyncpg
 from aiohttp import web
 
 from ..app import Queue
+from ..config import WorkerOptions
 from .background import BackgroundWorker
 
 QUEUE_KEY = web.AppKey("aioqueue_queue", Queue)
@@ -24,13 +26,20 @@ WORKER_KEY = web.AppKey("aioqueue_worker", BackgroundWorker)
 """Where :func:`setup` stores the :class:`BackgroundWorker` (its ``worker`` has the stats)."""
 
 
-def setup(app: web.Application, queue: Queue, **options: Any) -> BackgroundWorker:
+def setup(
+    app: web.Application,
+    queue: Queue,
+    *,
+    migrate: bool = False,
+    pool: asyncpg.Pool | None = None,
+    **worker_options: Unpack[WorkerOptions],
+) -> BackgroundWorker:
     """Run a worker for ``queue`` while ``app`` runs; return it (not started yet).
 
-    ``options`` go to :class:`BackgroundWorker`: ``migrate``, ``pool``, and the worker's own
-    (``concurrency``, ``queues``, ``grace_period``, ...).
+    ``migrate`` and ``pool`` are :class:`BackgroundWorker`'s; ``worker_options`` are the
+    worker's own (``concurrency``, ``queues``, ``grace_period``, ...; see ``WorkerConfig``).
     """
-    background = BackgroundWorker(queue, **options)
+    background = BackgroundWorker(queue, migrate=migrate, pool=pool, **worker_options)
     app[QUEUE_KEY] = queue
     app[WORKER_KEY] = background
     app.cleanup_ctx.append(worker_context(background))

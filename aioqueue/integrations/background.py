@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from types import TracebackType
-from typing import Any
+from typing import Unpack
 
 import anyio
 import asyncpg
 
 from ..app import Queue
+from ..config import WorkerOptions
 from ..worker import Worker, WorkerStats
 
 logger = logging.getLogger("aioqueue.integrations")
@@ -28,7 +29,8 @@ logger = logging.getLogger("aioqueue.integrations")
 class BackgroundWorker:
     """A :class:`~aioqueue.Worker` for ``queue`` that runs from :meth:`start` to :meth:`stop`.
 
-    ``worker_options`` go to ``queue.worker(...)`` (concurrency, queues, grace_period, ...).
+    ``worker_options`` go to ``queue.worker(...)`` (concurrency, queues, grace_period, ...; see
+    :class:`~aioqueue.WorkerConfig`); signal handlers are off unless asked for.
     ``pool``: an asyncpg pool of the application's for the queue to borrow instead of opening
     its own. ``migrate``: create or upgrade the schema at start. Also an async context manager.
     """
@@ -40,7 +42,7 @@ class BackgroundWorker:
         migrate: bool = False,
         pool: asyncpg.Pool | None = None,
         start_timeout: float = 30.0,
-        **worker_options: Any,
+        **worker_options: Unpack[WorkerOptions],
     ) -> None:
         worker_options.setdefault("install_signal_handlers", False)
         self.queue = queue
@@ -64,7 +66,7 @@ class BackgroundWorker:
             raise RuntimeError("this background worker was already started")
         if self.pool is not None:
             self.queue.attach_pool(self.pool)
-        self._close_queue = self.queue._pool is None  # close only what this call opens
+        self._close_queue = not self.queue.database.is_open  # close only what this call opens
         await self.queue.open()
         try:
             if self.migrate:

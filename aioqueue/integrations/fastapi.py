@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Unpack
 
 import asyncpg
 
 from ..app import Queue
+from ..config import WorkerOptions
 from .background import BackgroundWorker
 
 
@@ -25,7 +26,7 @@ def lifespan(
     *,
     migrate: bool = False,
     pool: asyncpg.Pool | None = None,
-    **worker_options: Any,
+    **worker_options: Unpack[WorkerOptions],
 ) -> Callable[[Any], AbstractAsyncContextManager[None]]:
     """Return a lifespan function that runs a worker for ``queue`` while the app serves.
 

@@ -1,0 +1,229 @@
+"""The data-access object every part of aioqueue is handed: the pool, the named queries of one
+schema, and the notification channels.
+
+``Database`` opens and owns a pool (or borrows the application's), hands out connections that
+translate a missing schema into :class:`~aioqueue.SchemaNotReadyError`, opens the dedicated
+connections a listener needs, and runs migrations. It knows nothing of tasks or workers; the
+services (producer, completer, heartbeat, maintenance, operator calls) receive it instead of the
+``Queue``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import urllib.parse
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from . import migrate as migrations
+from .errors import AioqueueError, ConfigurationError, ConnectError, SchemaNotReadyError
+from .job import Connection
+from .queries import Queries, for_schema, validate_schema
+
+_SCHEMA_ERRORS = (
+    asyncpg.UndefinedTableError,
+    asyncpg.InvalidSchemaNameError,
+    asyncpg.UndefinedColumnError,
+    asyncpg.UndefinedFunctionError,
+)
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Pool reset hook: aioqueue leaves no session state behind, so skip the reset round trip."""
+
+
+def describe_dsn(dsn: str | None) -> str:
+    """Return ``host:port/database`` of a DSN for error messages, without the password."""
+    if not dsn:
+        return "the server named by the PG* environment variables"
+    try:
+        parts = urllib.parse.urlsplit(dsn)
+        query = urllib.parse.parse_qs(parts.query)
+        host = parts.hostname or query.get("host", ["localhost"])[0]
+        port = parts.port or query.get("port", [5432])[0]
+        database = parts.path.lstrip("/") or "(default database)"
+    except ValueError:
+        return "the server of the given DSN"
+    return f"{host}:{port}/{database}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Channels:
+    """The LISTEN/NOTIFY channels of one schema; payloads stay tiny (a queue name or a job id)."""
+
+    jobs: str
+    """Jobs became ready in a queue (payload: the queue name)."""
+    cancel: str
+    """A running job was asked to stop (payload: its id)."""
+    done: str
+    """Jobs reached a final state that ``result()`` waits for (payload: empty)."""
+
+    @classmethod
+    def for_schema(cls, schema: str) -> Channels:
+        return cls(jobs=f"{schema}_jobs", cancel=f"{schema}_cancel", done=f"{schema}_done")
+
+
+class Database:
+    """The pool, queries and channels of one aioqueue schema."""
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        pool: asyncpg.Pool | None = None,
+        schema: str = "aioqueue",
+        pool_min_size: int = 1,
+        pool_max_size: int = 10,
+        connect_timeout: float = 10.0,
+        connect_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if dsn is None and pool is None:
+            raise ConfigurationError("Queue needs a dsn or a pool")
+        if dsn is not None and not isinstance(dsn, str):
+            raise ConfigurationError(f"dsn must be a str such as 'postgresql://user@host/db', got {dsn!r}")
+        if pool is not None and not isinstance(pool, asyncpg.Pool):
+            raise ConfigurationError(f"pool must be an asyncpg.Pool (from asyncpg.create_pool), got {pool!r}")
+        for name, size in (("pool_min_size", pool_min_size), ("pool_max_size", pool_max_size)):
+            if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= 10_000:
+                raise ConfigurationError(f"{name} must be an int from 0 to 10000, got {size!r}")
+        if pool_max_size < max(1, pool_min_size):
+            raise ConfigurationError(
+                f"pool_max_size ({pool_max_size}) must be at least 1 and at least pool_min_size ({pool_min_size})"
+            )
+        if not isinstance(connect_timeout, int | float) or isinstance(connect_timeout, bool) or not (
+            0 < connect_timeout <= 3600
+        ):
+            raise ConfigurationError(f"connect_timeout must be seconds in (0, 3600], got {connect_timeout!r}")
+        if connect_kwargs is not None and not isinstance(connect_kwargs, dict):
+            raise ConfigurationError(f"connect_kwargs must be a dict, got {connect_kwargs!r}")
+        self.dsn = dsn
+        self.schema = validate_schema(schema)
+        self.queries: Queries = for_schema(self.schema)
+        self.channels = Channels.for_schema(self.schema)
+        self._pool = pool
+        self._owns_pool = pool is None
+        self._pool_sizes = (pool_min_size, pool_max_size)
+        self._connect_timeout = float(connect_timeout)
+        self._connect_kwargs = dict(connect_kwargs or {})
+        self._open_lock = anyio.Lock()
+
+    # -- the pool ----------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a pool is there (opened here or borrowed)."""
+        return self._pool is not None
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The open pool; raises if it is not open."""
+        if self._pool is None:
+            raise AioqueueError("the queue is not open: use `async with queue:` or `await queue.open()`")
+        return self._pool
+
+    async def open(self) -> None:
+        """Open the pool if this object owns one; idempotent."""
+        async with self._open_lock:
+            if self._pool is not None:
+                return
+            min_size, max_size = self._pool_sizes
+            try:
+                self._pool = await asyncpg.create_pool(
+                    self.dsn,
+                    min_size=min_size,
+                    max_size=max_size,
+                    reset=_keep_session,
+                    timeout=self._connect_timeout,
+                    **self._connect_kwargs,
+                )
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                raise ConnectError(
+                    f"cannot connect to PostgreSQL at {describe_dsn(self.dsn)}: {type(exc).__name__}: {exc}"
+                ) from exc
+
+    async def close(self) -> None:
+        """Close the pool if this object opened it; a borrowed pool stays open."""
+        async with self._open_lock:
+            if self._owns_pool and self._pool is not None:
+                pool, self._pool = self._pool, None
+                await pool.close()
+
+    def attach_pool(self, pool: asyncpg.Pool) -> None:
+        """Borrow ``pool`` instead of opening one; ``close()`` will leave it open."""
+        if not isinstance(pool, asyncpg.Pool):
+            raise ConfigurationError(f"pool must be an asyncpg.Pool, got {pool!r}")
+        if self._pool is not None and self._pool is not pool:
+            raise AioqueueError("the queue is already open with another pool")
+        self._pool = pool
+        self._owns_pool = False
+
+    @contextlib.asynccontextmanager
+    async def connection(self, conn: Connection | None = None) -> AsyncIterator[Connection]:
+        """Yield ``conn`` if given, else a pooled connection; translate schema errors."""
+        try:
+            if conn is not None:
+                yield conn
+            else:
+                if self._pool is None:
+                    await self.open()
+                async with self.pool.acquire() as pooled:
+                    yield pooled
+        except _SCHEMA_ERRORS as exc:
+            raise SchemaNotReadyError(
+                f"the aioqueue schema {self.schema!r} is missing or out of date ({exc}): "
+                "run `aioqueue migrate` (or `await queue.migrate()`)"
+            ) from exc
+
+    # -- dedicated connections (listeners) -----------------------------------------------------
+
+    async def connect(self) -> Connection:
+        """A connection outside the pool's rotation, for LISTEN: dedicated when there is a DSN,
+        else borrowed from the pool for good (give it back with :meth:`disconnect`)."""
+        if self.dsn is not None:
+            conn: Connection = await asyncpg.connect(
+                self.dsn, timeout=self._connect_timeout, **self._connect_kwargs
+            )
+            return conn
+        if self._pool is None:
+            await self.open()
+        return await self.pool.acquire()
+
+    async def disconnect(self, conn: Connection) -> None:
+        """Close a connection from :meth:`connect` (or return it to the pool); never raises."""
+        try:
+            with anyio.fail_after(2):
+                if isinstance(conn, PoolConnectionProxy):
+                    await self.pool.release(conn)
+                elif not conn.is_closed():
+                    await conn.close()
+        except Exception:
+            conn.terminate()
+
+    # -- schema ------------------------------------------------------------------------------
+
+    async def migrate(self) -> list[int]:
+        """Create or upgrade the schema; return the versions applied. Safe to run concurrently."""
+        async with self.connection() as conn:
+            return await migrations.migrate(conn, self.schema)
+
+    async def check_schema(self) -> None:
+        """Raise :class:`SchemaNotReadyError` unless the schema is at this code's version."""
+        async with self.connection() as conn:
+            version = await migrations.applied_version(conn, self.schema)
+        latest = migrations.latest_version()
+        if version < latest:
+            state = "does not exist" if version == 0 else f"is at version {version}"
+            raise SchemaNotReadyError(
+                f"the aioqueue schema {self.schema!r} {state}; this code needs version {latest}: "
+                "run `aioqueue migrate` (or `await queue.migrate()`)"
+            )
+        if version > latest:
+            raise SchemaNotReadyError(
+                f"the aioqueue schema {self.schema!r} is at version {version}, newer than this "
+                f"code's {latest}: upgrade aioqueue"
+            )
