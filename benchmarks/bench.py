@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # `compare`, also in s
 from compare import COMPETITORS, Competitor, load_competitor
 
 import aioqueue
+from aioqueue.dsn import with_database
 from aioqueue.job import Connection
 
 try:
@@ -182,12 +183,6 @@ def percentile(values: Sequence[float], pct: float) -> float:
 # -- databases -------------------------------------------------------------------------------
 
 _db_names = itertools.count()
-
-
-def with_database(dsn: str, database: str) -> str:
-    """``dsn`` pointing at ``database`` instead."""
-    parts = urllib.parse.urlsplit(dsn)
-    return urllib.parse.urlunsplit(parts._replace(path="/" + database))
 
 
 @contextlib.asynccontextmanager

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import itertools
 import os
-import urllib.parse
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -15,6 +14,7 @@ import pytest
 
 import aioqueue
 from aioqueue import migrate
+from aioqueue.dsn import with_database
 
 from .pg import Server, find_server
 
@@ -22,12 +22,6 @@ _stack = contextlib.ExitStack()
 _server: Server | None = None
 _names = itertools.count()
 TEMPLATE = f"aioqueue_tpl_{os.getpid()}"
-
-
-def with_database(dsn: str, database: str) -> str:
-    """Return ``dsn`` pointing at ``database`` instead."""
-    parts = urllib.parse.urlsplit(dsn)
-    return urllib.parse.urlunsplit(parts._replace(path="/" + database))
 
 
 async def _create_template(admin_dsn: str) -> None:

@@ -21,7 +21,6 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
@@ -34,6 +33,8 @@ if not __package__:  # run as a script: make the relative imports below work
     sys.path.insert(0, str(_root))
     __package__ = ".".join(_parts)
     importlib.import_module(__package__)
+
+from aioqueue.dsn import with_database
 
 from . import COMPETITORS, load_competitor
 from .base import Competitor
@@ -56,12 +57,6 @@ def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(pct / 100 * len(ordered)))
     return ordered[rank - 1]
-
-
-def database_dsn(dsn: str, database: str) -> str:
-    """*dsn* with its database name replaced by *database*."""
-    parts = urlsplit(dsn)
-    return urlunsplit(parts._replace(path=f"/{database}"))
 
 
 async def recreate_database(admin_dsn: str, database: str) -> None:
@@ -92,8 +87,8 @@ async def run_competitor(
     await recreate_database(admin_dsn, database)
     print(f"== {competitor.name}  (database {database})", flush=True)
     try:
-        await competitor.setup(database_dsn(admin_dsn, database))
-        await competitor.setup(database_dsn(admin_dsn, database))  # idempotent
+        await competitor.setup(with_database(admin_dsn, database))
+        await competitor.setup(with_database(admin_dsn, database))  # idempotent
         try:
             if "bulk" in methods:
                 seconds = await competitor.enqueue_bulk(sizes.bulk)
