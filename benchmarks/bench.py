@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # `compare`, also in s
 from compare import COMPETITORS, Competitor, load_competitor
 
 import aioqueue
+from aioqueue import plans
 from aioqueue.dsn import with_database
 from aioqueue.job import Connection
 
@@ -471,24 +472,12 @@ async def aioqueue_claim_cost(
 async def claim_plan(conn: Connection, sql: str, args: tuple[Any, ...]) -> tuple[float, str]:
     """Run the claim under EXPLAIN ANALYZE and roll it back: its server execution time in
     seconds, and the indexes its plan read ``jobs`` through."""
-    tr = conn.transaction()
-    await tr.start()
-    try:
-        plan = json.loads(await conn.fetchval("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + sql, *args))[0]
-    finally:
-        await tr.rollback()
-    names: list[str] = []
-
-    def walk(node: dict[str, Any]) -> None:
-        if node.get("Relation Name") == "jobs" and node.get("Actual Loops", 0) > 0:
-            if "Index Name" in node:
-                names.append(node["Index Name"])
-            elif node["Node Type"] == "Seq Scan":
-                names.append("seq scan")
-        for child in node.get("Plans", []):
-            walk(child)
-
-    walk(plan["Plan"])
+    plan = await plans.explain(conn, sql, *args, analyze=True, timing=False)
+    names = [
+        scan.index_name or "seq scan"
+        for scan in plans.scans(plan, executed=True)
+        if scan.relation == "jobs" and (scan.index_name or scan.node_type == "Seq Scan")
+    ]
     return float(plan["Execution Time"]) / 1e3, ",".join(names) or "?"
 
 
