@@ -12,12 +12,13 @@ import dataclasses
 import importlib.metadata
 import itertools
 import math
+import multiprocessing
 import multiprocessing.connection
 import os
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -213,14 +214,15 @@ _db_names = itertools.count()
 async def fresh_database(admin_dsn: str) -> AsyncIterator[str]:
     """Create an empty database for one measurement; drop it afterwards."""
     name = f"aioqueue_bench_{os.getpid()}_{next(_db_names)}"
-    await _admin(admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", f"CREATE DATABASE {name}")
+    await admin_execute(admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", f"CREATE DATABASE {name}")
     try:
         yield with_database(admin_dsn, name)
     finally:
-        await _admin(admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await admin_execute(admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-async def _admin(admin_dsn: str, *statements: str) -> None:
+async def admin_execute(admin_dsn: str, *statements: str) -> None:
+    """Run ``statements`` (CREATE or DROP DATABASE) one by one on a connection of their own."""
     admin = await asyncpg.connect(admin_dsn)
     try:
         for statement in statements:
@@ -281,6 +283,22 @@ async def competitor_on(name: str, dsn: str) -> AsyncIterator[Competitor]:
 
 
 # -- processes and the event loop ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def child_process(target: Callable[..., None], *args: Any) -> Iterator[multiprocessing.connection.Connection]:
+    """Start ``target(*args, pipe)`` in a spawned process; yield this end of its pipe; after the
+    body, give it 30 s to exit, then kill it."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=target, args=(*args, child), daemon=True)
+    proc.start()
+    try:
+        yield parent
+    finally:
+        proc.join(30)
+        if proc.is_alive():
+            proc.kill()
 
 
 async def recv(pipe: multiprocessing.connection.Connection, timeout: float, what: str) -> Any:

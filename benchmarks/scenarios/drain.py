@@ -7,7 +7,7 @@ one process at each concurrency and in several processes, with each worker setti
 
 from __future__ import annotations
 
-import multiprocessing
+import contextlib
 import multiprocessing.connection
 import time
 from typing import Any, Literal
@@ -18,6 +18,7 @@ from common import (
     Measurement,
     Run,
     aioqueue_system,
+    child_process,
     competitor_on,
     make_queue,
     migrated,
@@ -118,15 +119,9 @@ async def aioqueue_drain_processes(
         await preload(task, n)
         async with queue.connection() as conn:
             await conn.execute("ANALYZE aioqueue.jobs")
-    ctx = multiprocessing.get_context("spawn")
-    pipes, procs = [], []
-    for _ in range(processes):
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_drain_process, args=(dsn, concurrency, options, child), daemon=True)
-        proc.start()
-        pipes.append(parent)
-        procs.append(proc)
-    try:
+    with contextlib.ExitStack() as children:
+        pipes = [children.enter_context(child_process(_drain_process, dsn, concurrency, options))
+                 for _ in range(processes)]
         for pipe in pipes:
             await recv(pipe, 60.0, "a worker process to start")
         start = time.perf_counter()
@@ -134,11 +129,6 @@ async def aioqueue_drain_processes(
             pipe.send("go")
         done = [int(await recv(pipe, 600.0, "a worker process to drain")) for pipe in pipes]
         elapsed = time.perf_counter() - start
-    finally:
-        for proc in procs:
-            proc.join(30)
-            if proc.is_alive():
-                proc.kill()
     if sum(done) < n:
         raise RuntimeError(f"{processes} processes ran {sum(done)} jobs of {n}")
     return elapsed

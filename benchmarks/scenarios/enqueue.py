@@ -4,12 +4,12 @@ the other queues asked for with ``--compare``."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
 from common import Measurement, Run, competitor_on, make_queue, migrated
 from compare import Competitor
+from compare.base import concurrent_callers
 
 
 def plan(run: Run) -> None:
@@ -63,15 +63,14 @@ async def aioqueue_enqueue_single(dsn: str, n: int, callers: int) -> float:
         async with queue.connection() as conn:  # open the pool's connections before the clock
             await conn.fetchval("SELECT 1")
 
-        async def caller(count: int) -> None:
+        async def caller(count: int) -> int:
             for i in range(count):
                 await task.enqueue(i=i)
+            return count
 
-        shares = [n // callers + (1 if k < n % callers else 0) for k in range(callers)]
-        await asyncio.gather(*(caller(1) for _ in range(callers)))  # warm every connection
-        start = time.perf_counter()
-        await asyncio.gather(*(caller(k) for k in shares))
-        return time.perf_counter() - start
+        await concurrent_callers(callers, callers, caller)  # warm every connection
+        seconds, _ = await concurrent_callers(n, callers, caller)
+        return seconds
 
 
 async def aioqueue_enqueue_bulk(dsn: str, n: int) -> float:

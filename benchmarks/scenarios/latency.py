@@ -8,6 +8,7 @@ import time
 
 import anyio
 from common import TASK, Measurement, Run, competitor_on, migrated
+from compare.base import IDLE_GAP
 
 import aioqueue
 
@@ -63,7 +64,7 @@ async def aioqueue_latency(dsn: str, samples: int) -> tuple[list[float], list[fl
                 await worker.ready.wait()
             for i in range(samples + 1):
                 started = anyio.Event()
-                await anyio.sleep(0.02)  # idle: the previous outcome is written, nothing in flight
+                await anyio.sleep(IDLE_GAP)  # idle: the previous outcome is written, nothing in flight
                 t0 = time.perf_counter()
                 await task.enqueue()
                 t1 = time.perf_counter()

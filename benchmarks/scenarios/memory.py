@@ -4,7 +4,6 @@ of jobs off a deep backlog, with each worker setting of ``CONFIGS``."""
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import multiprocessing.connection
 import resource
 from pathlib import Path
@@ -16,6 +15,7 @@ from common import (
     Measurement,
     Run,
     aioqueue_system,
+    child_process,
     insert_pending,
     make_queue,
     migrated,
@@ -55,16 +55,8 @@ async def aioqueue_memory(dsn: str, backlog: int, jobs: int, options: dict[str, 
         await conn.execute("VACUUM ANALYZE aioqueue.jobs")
     finally:
         await conn.close()
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_memory_process, args=(dsn, jobs, options, child), daemon=True)
-    proc.start()
-    try:
-        return float(await recv(parent, 600.0, "the memory worker"))
-    finally:
-        proc.join(30)
-        if proc.is_alive():
-            proc.kill()
+    with child_process(_memory_process, dsn, jobs, options) as pipe:
+        return float(await recv(pipe, 600.0, "the memory worker"))
 
 
 def _memory_process(
