@@ -7,27 +7,23 @@ import asyncio
 import contextlib
 import itertools
 import os
-import urllib.parse
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import asyncpg
 import pytest
 
 import aioqueue
 from aioqueue import migrate
+from aioqueue.dsn import with_database
 
+from .cli_tools import APP
 from .pg import Server, find_server
 
 _stack = contextlib.ExitStack()
 _server: Server | None = None
 _names = itertools.count()
 TEMPLATE = f"aioqueue_tpl_{os.getpid()}"
-
-
-def with_database(dsn: str, database: str) -> str:
-    """Return ``dsn`` pointing at ``database`` instead."""
-    parts = urllib.parse.urlsplit(dsn)
-    return urllib.parse.urlunsplit(parts._replace(path="/" + database))
 
 
 async def _create_template(admin_dsn: str) -> None:
@@ -119,3 +115,12 @@ async def db(dsn: str) -> AsyncIterator[asyncpg.Connection]:
         yield conn
     finally:
         await conn.close()
+
+
+@pytest.fixture
+async def app_dir(tmp_path: Path, db: asyncpg.Connection) -> Path:
+    """A directory holding the CLI tests' app module (``cli_app:queue``), and the tables its
+    tasks write to in the test's database."""
+    (tmp_path / "cli_app.py").write_text(APP)
+    await db.execute("CREATE TABLE seen (n int, pid int); CREATE TABLE begun (n int)")
+    return tmp_path

@@ -4,122 +4,20 @@ supervisor."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 import anyio
 import asyncpg
 import psutil  # type: ignore[import-untyped]
 import pytest
-from anyio.abc import Process
-from anyio.streams.text import TextReceiveStream
 
 import aioqueue
 
+from .cli_tools import aioqueue_cli, app_task, cli_env, cli_process
 from .helpers import eventually
-
-APP = '''
-"""A queue for the CLI tests: its one task records which process ran it."""
-import os
-
-import anyio
-
-import aioqueue
-
-queue = aioqueue.Queue(os.environ["AIOQUEUE_DSN"])
-
-
-@queue.task(queue="cli")
-async def record(n: int, sleep: float = 0.0) -> None:
-    async with queue.pool.acquire() as conn:
-        await conn.execute("INSERT INTO begun (n) VALUES ($1)", n)
-    await anyio.sleep(sleep)
-    async with queue.pool.acquire() as conn:
-        await conn.execute("INSERT INTO seen (n, pid) VALUES ($1, $2)", n, os.getpid())
-
-
-@queue.task(queue="cli")
-async def stuck() -> None:
-    async with queue.pool.acquire() as conn:
-        await conn.execute("INSERT INTO begun (n) VALUES (-1)")
-    await anyio.sleep_forever()
-'''
-
-
-def cli_env(dsn: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("AIOQUEUE_DSN", "DATABASE_URL")}
-    if dsn is not None:
-        env["AIOQUEUE_DSN"] = dsn
-    return env
-
-
-async def aioqueue_cli(
-    *args: str, dsn: str | None, cwd: Path | None = None, timeout: float = 20.0
-) -> tuple[int, str, str]:
-    """Run ``python -m aioqueue ARGS``; return (exit status, stdout, stderr)."""
-    with anyio.fail_after(timeout):
-        result = await anyio.run_process(
-            [sys.executable, "-m", "aioqueue", *args], env=cli_env(dsn), cwd=cwd, check=False
-        )
-    assert result.returncode is not None
-    return result.returncode, result.stdout.decode(), result.stderr.decode()
-
-
-class Output:
-    """Collects a running process's stderr; waits for text to appear in it."""
-
-    def __init__(self) -> None:
-        self.text = ""
-        self._changed = anyio.Event()
-
-    async def pump(self, process: Process) -> None:
-        assert process.stderr is not None
-        async for chunk in TextReceiveStream(process.stderr):
-            self.text += chunk
-            self._changed.set()
-            self._changed = anyio.Event()
-
-    async def wait_for(self, needle: str, count: int = 1, timeout: float = 20.0) -> None:
-        with anyio.fail_after(timeout):
-            while self.text.count(needle) < count:
-                await self._changed.wait()
-
-
-@contextlib.asynccontextmanager
-async def cli_process(
-    args: Sequence[str], dsn: str, cwd: Path
-) -> AsyncIterator[tuple[Process, Output]]:
-    """Start ``python -m aioqueue ARGS`` in the background; kill it if the test leaves it running."""
-    output = Output()
-    process = await anyio.open_process(
-        [sys.executable, "-m", "aioqueue", *args], env=cli_env(dsn), cwd=cwd, stdout=None
-    )
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(output.pump, process)
-            try:
-                yield process, output
-            finally:
-                if process.returncode is None:
-                    for child in psutil.Process(process.pid).children(recursive=True):
-                        child.kill()
-                    process.kill()
-                with anyio.fail_after(10):
-                    await process.wait()
-    finally:
-        print(output.text, file=sys.stderr)  # shown by pytest when the test fails
-
-
-@pytest.fixture
-async def app_dir(tmp_path: Path, db: asyncpg.Connection) -> Path:
-    (tmp_path / "cli_app.py").write_text(APP)
-    await db.execute("CREATE TABLE seen (n int, pid int); CREATE TABLE begun (n int)")
-    return tmp_path
 
 
 async def test_no_database_is_a_clear_error() -> None:
@@ -254,7 +152,7 @@ async def test_worker_runs_jobs_and_drains_on_sigterm(dsn: str, app_dir: Path, d
     async with cli_process(args, dsn, app_dir) as (process, output):
         await output.wait_for("started: queues=cli concurrency=4")
         async with aioqueue.Queue(dsn) as queue:
-            record = _task(queue, "record", "cli")
+            record = app_task(queue, "record", "cli")
             await record.enqueue(n=1)
             await eventually(lambda: _seen(db, 1), what="the worker to run job 1")
             await record.enqueue(n=2, sleep=0.5)
@@ -274,7 +172,7 @@ async def test_worker_second_signal_interrupts_running_jobs(
     async with cli_process(args, dsn, app_dir) as (process, output):
         await output.wait_for("started: queues=cli")
         async with aioqueue.Queue(dsn) as queue:
-            job_id = await _task(queue, "stuck", "cli").enqueue()
+            job_id = await app_task(queue, "stuck", "cli").enqueue()
         await eventually(lambda: _begun(db, -1), what="the stuck job's handler to start")
         process.send_signal(signal.SIGTERM)
         await output.wait_for("stopping gracefully")
@@ -315,7 +213,7 @@ async def test_processes_share_the_load_and_crashed_ones_restart(
         children = psutil.Process(process.pid).children()
         assert len(children) == 2
         async with aioqueue.Queue(dsn) as queue:
-            await _task(queue, "record", "cli").enqueue_many([{"n": n, "sleep": 0.2} for n in range(6)])
+            await app_task(queue, "record", "cli").enqueue_many([{"n": n, "sleep": 0.2} for n in range(6)])
         await eventually(lambda: _seen(db, 6), what="six jobs to run")
         pids = {r["pid"] for r in await db.fetch("SELECT pid FROM seen")}
         assert pids == {c.pid for c in children}, "both processes should have taken jobs"
@@ -328,7 +226,7 @@ async def test_processes_share_the_load_and_crashed_ones_restart(
 
         # SIGTERM to the supervisor: the children drain the job they are running, then exit.
         async with aioqueue.Queue(dsn) as queue:
-            await _task(queue, "record", "cli").enqueue(n=100, sleep=0.5)
+            await app_task(queue, "record", "cli").enqueue(n=100, sleep=0.5)
         await eventually(lambda: _begun(db, 100), what="the last job's handler to start")
         process.send_signal(signal.SIGTERM)
         with anyio.fail_after(15):
@@ -341,21 +239,6 @@ async def test_processes_share_the_load_and_crashed_ones_restart(
     killed = f":{children[0].pid}:"
     assert all(r["status"] == "running" and killed in r["locked_by"] for r in left), left
     assert "all 2 worker processes stopped" in output.text
-
-
-def _task(queue: aioqueue.Queue, name: str, queue_name: str) -> aioqueue.Task[..., None]:
-    """A stand-in for the app module's task, for enqueueing from the test (same name and queue)."""
-    sources: dict[str, Callable[..., Awaitable[None]]] = {"record": _record_signature, "stuck": _stuck_signature}
-    source = sources[name]
-    return queue.task(name=name, queue=queue_name)(source)
-
-
-async def _record_signature(n: int, sleep: float = 0.0) -> None:
-    raise AssertionError("runs in the worker process")
-
-
-async def _stuck_signature() -> None:
-    raise AssertionError("runs in the worker process")
 
 
 async def _seen(db: asyncpg.Connection, count: int) -> bool:

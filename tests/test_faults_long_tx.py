@@ -9,7 +9,6 @@ Measure with ``python -m pytest -m slow -s tests/test_faults_long_tx.py``
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import Counter
@@ -19,6 +18,7 @@ import asyncpg
 import pytest
 
 import aioqueue
+from aioqueue.plans import buffers_touched, explain
 
 from .fault_tools import Churn, owned_server, sample_sizes
 from .helpers import eventually, running
@@ -79,16 +79,8 @@ async def test_claims_stay_correct_while_a_long_transaction_pins_xmin(dsn: str, 
 
 
 async def _claim_buffers(conn: asyncpg.Connection, q: aioqueue.Queue) -> int:
-    tr = conn.transaction()
-    await tr.start()
-    try:
-        raw = await conn.fetchval(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + q.queries.claim, ["default"], [20], "probe", 60.0, 20
-        )
-    finally:
-        await tr.rollback()
-    top = json.loads(raw)[0]["Plan"]
-    return int(top["Shared Hit Blocks"] + top["Shared Read Blocks"])
+    plan = await explain(conn, q.queries.claim, ["default"], [20], "probe", 60.0, 20, analyze=True, buffers=True)
+    return buffers_touched(plan)
 
 
 @pytest.mark.slow

@@ -9,17 +9,16 @@ Run with ``python -m pytest -m slow -s tests/test_faults_soak.py`` (``-s`` print
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
-from typing import Any
 
 import anyio
 import asyncpg
 import pytest
 
 import aioqueue
+from aioqueue import plans
 
 from .fault_tools import Churn, Sizes, owned_server, sample_sizes
 from .helpers import eventually, running
@@ -76,21 +75,6 @@ async def test_soak_keeps_jobs_table_and_indexes_bounded() -> None:
         assert late_max <= 1.5 * early_max + 512 * 1024, f"{field} kept growing: {early_max} -> {late_max}"
 
 
-def _buffers(plan: Any) -> int:
-    top = plan[0]["Plan"]
-    return int(top["Shared Hit Blocks"] + top["Shared Read Blocks"])
-
-
-def _nodes(plan: Any) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    stack = [plan[0]["Plan"]]
-    while stack:
-        node = stack.pop()
-        out.append(node)
-        stack.extend(node.get("Plans", []))
-    return out
-
-
 async def _claim_profile(conn: asyncpg.Connection, q: aioqueue.Queue, rounds: int = 30) -> tuple[int, float, set[str]]:
     """Run the claim (20 of the pending jobs) under EXPLAIN ANALYZE, rolled back each time;
     return the most buffers one claim touched, the median execution time, and the indexes used."""
@@ -98,19 +82,12 @@ async def _claim_profile(conn: asyncpg.Connection, q: aioqueue.Queue, rounds: in
     times: list[float] = []
     indexes: set[str] = set()
     for _ in range(rounds):
-        tr = conn.transaction()
-        await tr.start()
-        try:
-            raw = await conn.fetchval(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + q.queries.claim,
-                ["default"], [20], "probe", 60.0, 20,
-            )
-        finally:
-            await tr.rollback()
-        plan = json.loads(raw)
-        buffers.append(_buffers(plan))
-        times.append(float(plan[0]["Execution Time"]))
-        indexes |= {n["Index Name"] for n in _nodes(plan) if "Index Name" in n}
+        plan = await plans.explain(
+            conn, q.queries.claim, ["default"], [20], "probe", 60.0, 20, analyze=True, buffers=True
+        )
+        buffers.append(plans.buffers_touched(plan))
+        times.append(float(plan["Execution Time"]))
+        indexes |= plans.indexes(plan)
     return max(buffers), statistics.median(times), indexes
 
 

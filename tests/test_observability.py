@@ -21,10 +21,8 @@ import aioqueue
 from aioqueue.metrics import PrometheusMetrics
 from aioqueue.middleware import outcome
 
+from .cli_tools import app_task, cli_process
 from .helpers import eventually
-from .test_cli import _task, app_dir, cli_process
-
-__all__ = ["app_dir"]  # a fixture shared with test_cli
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id")
 
@@ -226,7 +224,7 @@ async def test_cli_worker_serves_metrics(dsn: str, app_dir: Path) -> None:
     async with cli_process(args, dsn, app_dir) as (_process, output):
         await output.wait_for("started: queues=cli")
         async with aioqueue.Queue(dsn) as queue:
-            await _task(queue, "record", "cli").enqueue_many([{"n": n} for n in range(2)])
+            await app_task(queue, "record", "cli").enqueue_many([{"n": n} for n in range(2)])
 
         async def scraped_two() -> bool:
             async with httpx.AsyncClient() as http:

@@ -10,52 +10,18 @@ Plans only, never timings: speed is the benchmark's business.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import asyncpg
 import pytest
 
+from aioqueue.plans import explain, explain_generic, scans
 from aioqueue.queries import for_schema
 
 Q = for_schema("aioqueue")
 CLAIM_ARGS: tuple[Any, ...] = (["default"], [10], "plan-test", 300.0, 10)
 CLAIM_PARAMS = "text[], int[], text, float8, bigint"
 COMPLETE_PARAMS = "bigint[], int[], text[], text"
-
-
-def scans(plan: dict[str, Any]) -> list[tuple[str, str | None, str]]:
-    """Every scan of a table in the plan: (node type, index name, relation)."""
-    found: list[tuple[str, str | None, str]] = []
-
-    def walk(node: dict[str, Any]) -> None:
-        if "Relation Name" in node and node["Node Type"] != "ModifyTable":
-            found.append((node["Node Type"], node.get("Index Name"), node["Relation Name"]))
-        for child in node.get("Plans", []):
-            walk(child)
-
-    walk(plan["Plan"])
-    return found
-
-
-async def explain(db: asyncpg.Connection, sql: str, *args: Any) -> dict[str, Any]:
-    """The plan the server picks for ``sql`` with these values (custom plan, not executed)."""
-    raw = await db.fetchval("EXPLAIN (FORMAT JSON) " + sql, *args)
-    plan: dict[str, Any] = json.loads(raw)[0]
-    return plan
-
-
-async def explain_generic(db: asyncpg.Connection, sql: str, types: str, values: str) -> dict[str, Any]:
-    """The generic plan (no parameter values) a prepared statement may switch to."""
-    await db.execute(f"PREPARE plan_probe ({types}) AS {sql}")
-    await db.execute("SET plan_cache_mode = force_generic_plan")
-    try:
-        raw = await db.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE plan_probe ({values})")
-    finally:
-        await db.execute("RESET plan_cache_mode")
-        await db.execute("DEALLOCATE plan_probe")
-    plan: dict[str, Any] = json.loads(raw)[0]
-    return plan
 
 
 def assert_claim_reads_ready_index(plan: dict[str, Any]) -> None:

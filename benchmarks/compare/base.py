@@ -30,12 +30,14 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "IDLE_GAP",
     "Competitor",
     "CompetitorError",
     "CompetitorTimeout",
     "JobTracker",
     "WorkerDied",
     "concurrent_callers",
+    "idle_wakeups",
     "split_evenly",
     "stop_task",
     "timed",
@@ -220,3 +222,32 @@ async def concurrent_callers(
     start = time.perf_counter()
     counts = await asyncio.gather(*(caller(k) for k in split_evenly(n, callers)))
     return time.perf_counter() - start, sum(counts)
+
+
+#: The pause before each wake-up sample, so every sample meets an idle worker with the last
+#: job's writes done (aioqueue's own latency scenario waits as long).
+IDLE_GAP = 0.02
+
+
+async def idle_wakeups(
+    tracker: JobTracker,
+    worker: asyncio.Task[Any],
+    enqueue_one: Callable[[], Awaitable[object]],
+    samples: int,
+    seconds: float,
+    name: str,
+) -> list[float]:
+    """Enqueue one job at a time against the idle *worker*, whose handler calls
+    ``tracker.hit()``; return, per job, the seconds from just before the enqueue call to the
+    handler's start. A first job, not recorded, returns once the worker is fetching; each wait
+    is at most *seconds*; *name* names the library in errors."""
+    latencies: list[float] = []
+    for i in range(-1, samples):
+        await asyncio.sleep(IDLE_GAP)
+        tracker.reset(1)
+        t0 = time.perf_counter()
+        await enqueue_one()
+        await tracker.wait(seconds, f"{name} latency sample {i}" if i >= 0 else f"the {name} warm-up job", worker)
+        if i >= 0:
+            latencies.append(tracker.last_start - t0)
+    return latencies

@@ -34,11 +34,7 @@ from pgqueuer.models import Job
 from pgqueuer.qm import QueueManager
 from pgqueuer.queries import Queries
 
-from .base import CompetitorError, JobTracker, concurrent_callers, stop_task
-
-#: Pause before each latency sample, so that every sample meets an idle worker (same as
-#: aioqueue's own latency scenario in benchmarks/bench.py).
-IDLE_GAP = 0.02
+from .base import CompetitorError, JobTracker, concurrent_callers, idle_wakeups, stop_task
 
 __all__ = ["PgQueuerAdapter"]
 
@@ -152,19 +148,16 @@ class PgQueuerAdapter:
         return elapsed
 
     async def wakeup_latency(self, samples: int) -> list[float]:
-        latencies: list[float] = []
         async with self._worker_driver(4) as driver, self._connection() as conn:
             producer = Queries(AsyncpgDriver(conn))
             worker = self._start_worker(self._make_queue_manager(driver))
             try:
-                # Warm-up job (not recorded): returns once the worker is dequeuing.
-                await self._one_job(producer, worker, "the pgqueuer warm-up job")
-                for i in range(samples):
-                    t0 = await self._one_job(producer, worker, f"pgqueuer latency sample {i}")
-                    latencies.append(self._tracker.last_start - t0)
+                return await idle_wakeups(
+                    self._tracker, worker, lambda: producer.enqueue(self.entrypoint, None), samples,
+                    self.sample_timeout, "pgqueuer",
+                )
             finally:
                 await self._stop_worker()
-        return latencies
 
     # -- helpers -----------------------------------------------------------------
 
@@ -175,15 +168,6 @@ class PgQueuerAdapter:
         if got != expected:
             raise CompetitorError(f"pgqueuer returned {got} job ids for {expected} enqueues")
         await queries.clear_queue(self.entrypoint)
-
-    async def _one_job(self, producer: Queries, worker: asyncio.Task[None], what: str) -> float:
-        """Enqueue one job, wait until its handler starts; return the pre-enqueue time."""
-        await asyncio.sleep(IDLE_GAP)  # the worker is idle again: the last job's writes are done
-        self._tracker.reset(1)
-        t0 = time.perf_counter()
-        await producer.enqueue(self.entrypoint, None)
-        await self._tracker.wait(self.sample_timeout, what, worker)
-        return t0
 
     def _make_queue_manager(self, driver: AsyncpgDriver | AsyncpgPoolDriver) -> QueueManager:
         qm = QueueManager(Queries(driver))

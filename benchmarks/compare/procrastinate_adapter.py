@@ -38,11 +38,7 @@ from typing import Any, TypeAlias
 import procrastinate
 from procrastinate.tasks import Task
 
-from .base import CompetitorError, JobTracker, concurrent_callers, stop_task
-
-#: Pause before each latency sample, so that every sample meets an idle worker (same as
-#: aioqueue's own latency scenario in benchmarks/bench.py).
-IDLE_GAP = 0.02
+from .base import CompetitorError, JobTracker, concurrent_callers, idle_wakeups, stop_task
 
 __all__ = ["ProcrastinateAdapter"]
 
@@ -142,29 +138,16 @@ class ProcrastinateAdapter:
         return elapsed
 
     async def wakeup_latency(self, samples: int) -> list[float]:
-        latencies: list[float] = []
         async with self._app(pool_size=4) as (app, noop):
             worker = self._start_worker(app, concurrency=1)
             try:
-                # Warm-up job (not recorded): returns once the worker is fetching jobs.
-                await self._one_job(noop, worker, "the procrastinate warm-up job")
-                for i in range(samples):
-                    t0 = await self._one_job(noop, worker, f"procrastinate latency sample {i}")
-                    latencies.append(self._tracker.last_start - t0)
+                return await idle_wakeups(
+                    self._tracker, worker, noop.defer_async, samples, self.sample_timeout, "procrastinate"
+                )
             finally:
                 await self._stop_worker()
-        return latencies
 
     # -- helpers -----------------------------------------------------------------
-
-    async def _one_job(self, noop: NoopTask, worker: asyncio.Task[None], what: str) -> float:
-        """Defer one job, wait until its handler starts; return the pre-defer time."""
-        await asyncio.sleep(IDLE_GAP)  # the worker is idle again: the last job's writes are done
-        self._tracker.reset(1)
-        t0 = time.perf_counter()
-        await noop.defer_async()
-        await self._tracker.wait(self.sample_timeout, what, worker)
-        return t0
 
     async def _purge(self, app: procrastinate.App, *, expected: int, got: int) -> None:
         """Delete the still-queued benchmark jobs (Procrastinate has no bulk-delete API)."""

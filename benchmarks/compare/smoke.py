@@ -17,13 +17,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
-
-import asyncpg
 
 if not __package__:  # run as a script: make the relative imports below work
     _pkg_dir = Path(__file__).resolve().parent
@@ -34,6 +30,10 @@ if not __package__:  # run as a script: make the relative imports below work
     sys.path.insert(0, str(_root))
     __package__ = ".".join(_parts)
     importlib.import_module(__package__)
+
+from common import admin_execute, percentile
+
+from aioqueue.dsn import with_database
 
 from . import COMPETITORS, load_competitor
 from .base import Competitor
@@ -51,36 +51,6 @@ class Sizes:
     latency: int
 
 
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile of *values* (0 < pct <= 100)."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(pct / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def database_dsn(dsn: str, database: str) -> str:
-    """*dsn* with its database name replaced by *database*."""
-    parts = urlsplit(dsn)
-    return urlunsplit(parts._replace(path=f"/{database}"))
-
-
-async def recreate_database(admin_dsn: str, database: str) -> None:
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        await conn.execute(f'CREATE DATABASE "{database}"')
-    finally:
-        await conn.close()
-
-
-async def drop_database(admin_dsn: str, database: str) -> None:
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-    finally:
-        await conn.close()
-
-
 def rate(n: int, seconds: float) -> str:
     return f"{n / seconds:10,.0f} jobs/s  ({n} jobs in {seconds:.3f} s)"
 
@@ -89,11 +59,12 @@ async def run_competitor(
     competitor: Competitor, admin_dsn: str, sizes: Sizes, methods: list[str], keep_db: bool
 ) -> None:
     database = f"bench_cmp_{competitor.name}"
-    await recreate_database(admin_dsn, database)
+    drop = f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'
+    await admin_execute(admin_dsn, drop, f'CREATE DATABASE "{database}"')
     print(f"== {competitor.name}  (database {database})", flush=True)
     try:
-        await competitor.setup(database_dsn(admin_dsn, database))
-        await competitor.setup(database_dsn(admin_dsn, database))  # idempotent
+        await competitor.setup(with_database(admin_dsn, database))
+        await competitor.setup(with_database(admin_dsn, database))  # idempotent
         try:
             if "bulk" in methods:
                 seconds = await competitor.enqueue_bulk(sizes.bulk)
@@ -120,7 +91,7 @@ async def run_competitor(
             await competitor.teardown()
     finally:
         if not keep_db:
-            await drop_database(admin_dsn, database)
+            await admin_execute(admin_dsn, drop)
 
 
 async def main_async(args: argparse.Namespace) -> None:

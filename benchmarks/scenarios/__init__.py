@@ -1,0 +1,25 @@
+"""The benchmark's scenarios, registered in one place: name -> the function that lines up its
+measurements on a run. ``--scenarios`` picks among these names; the runner runs them in this
+order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from common import Run
+
+from . import claim, drain, drain_states, enqueue, latency, memory
+
+#: Lines up a scenario's measurements on the run (``run.step``); measures nothing itself.
+Scenario = Callable[[Run], None]
+
+SCENARIOS: dict[str, Scenario] = {
+    "drain": drain.plan,
+    "drain-states": drain_states.plan,
+    "enqueue": enqueue.plan,
+    "latency": latency.plan,
+    "claim": claim.plan,
+    "memory": memory.plan,
+}
+
+__all__ = ["SCENARIOS", "Scenario"]

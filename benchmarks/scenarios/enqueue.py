@@ -1,0 +1,88 @@
+"""The enqueue scenario: jobs per second put in the queue one per call from one caller and
+from several concurrent callers, and in one bulk ``enqueue_many`` call; and the same through
+the other queues asked for with ``--compare``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from common import Measurement, Run, competitor_on, make_queue, migrated
+from compare import Competitor
+from compare.base import concurrent_callers
+
+
+def plan(run: Run) -> None:
+    """Line up aioqueue's three enqueue measurements, then each other queue's."""
+    sizes = run.sizes
+    callers = sizes.enqueue_callers
+    one, many = "one per call, 1 caller", f"one per call, {callers} callers"
+    bulk = f"bulk, {sizes.enqueue_bulk} per call"
+
+    async def one_caller(dsn: str) -> None:
+        seconds = await aioqueue_enqueue_single(dsn, sizes.enqueue_single, 1)
+        run.results.add_rate("enqueue", "aioqueue", one, sizes.enqueue_single, seconds)
+
+    async def many_callers(dsn: str) -> None:
+        seconds = await aioqueue_enqueue_single(dsn, sizes.enqueue_concurrent, callers)
+        run.results.add_rate("enqueue", "aioqueue", many, sizes.enqueue_concurrent, seconds)
+
+    async def one_call(dsn: str) -> None:
+        seconds = await aioqueue_enqueue_bulk(dsn, sizes.enqueue_bulk)
+        run.results.add_rate("enqueue", "aioqueue", bulk, sizes.enqueue_bulk, seconds)
+
+    run.step("enqueue: aioqueue one per call", one_caller)
+    run.step(f"enqueue: aioqueue {callers} callers", many_callers)
+    run.step("enqueue: aioqueue bulk", one_call)
+    for name in run.competitors:
+        cases: list[tuple[str, int, Callable[[Competitor], Awaitable[float]]]] = [
+            (one, sizes.enqueue_single, lambda c: c.enqueue_one_by_one(sizes.enqueue_single, 1)),
+            (many, sizes.enqueue_concurrent, lambda c: c.enqueue_one_by_one(sizes.enqueue_concurrent, callers)),
+            (bulk, sizes.enqueue_bulk, lambda c: c.enqueue_bulk(sizes.enqueue_bulk)),
+        ]
+        for metric, n, call in cases:
+            run.step(f"enqueue: {name} {metric}", _competitor(run, name, metric, n, call))
+
+
+def _competitor(
+    run: Run, name: str, metric: str, n: int, call: Callable[[Competitor], Awaitable[float]]
+) -> Measurement:
+    async def measure(dsn: str) -> None:
+        async with competitor_on(name, dsn) as competitor:
+            seconds = await call(competitor)
+        run.results.add_rate("enqueue", name, metric, n, seconds)
+
+    return measure
+
+
+async def aioqueue_enqueue_single(dsn: str, n: int, callers: int) -> float:
+    """Seconds to enqueue ``n`` jobs one per call from ``callers`` concurrent callers."""
+    await migrated(dsn)
+    queue, task = make_queue(dsn, pool_size=max(callers, 1))
+    async with queue:
+        async with queue.connection() as conn:  # open the pool's connections before the clock
+            await conn.fetchval("SELECT 1")
+
+        async def caller(count: int) -> int:
+            for i in range(count):
+                await task.enqueue(i=i)
+            return count
+
+        await concurrent_callers(callers, callers, caller)  # warm every connection
+        seconds, _ = await concurrent_callers(n, callers, caller)
+        return seconds
+
+
+async def aioqueue_enqueue_bulk(dsn: str, n: int) -> float:
+    """Seconds for one ``enqueue_many`` call of ``n`` jobs (one statement, one NOTIFY)."""
+    await migrated(dsn)
+    queue, task = make_queue(dsn)
+    async with queue:
+        await task.enqueue_many([{"i": -1}])  # prepare the statement outside the clock
+        items = [{"i": i} for i in range(n)]
+        start = time.perf_counter()
+        ids = await task.enqueue_many(items)
+        elapsed = time.perf_counter() - start
+    if len(ids) != n:
+        raise RuntimeError(f"enqueue_many returned {len(ids)} ids for {n} jobs")
+    return elapsed

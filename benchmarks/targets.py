@@ -1,0 +1,123 @@
+"""The goals aioqueue is built to reach, as data, and the check of a run's medians against
+them. A goal is absolute (a rate, a latency, a size) or a ratio to a baseline measured in the
+same run: another queue on the same metric, or aioqueue on another metric."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import operator
+from collections.abc import Callable
+from typing import Any, Literal
+
+from common import Result, Results
+
+Comparison = Literal[">=", "<=", "<"]
+
+_COMPARE: dict[Comparison, Callable[[float, float], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    "<": operator.lt,
+}
+_SHOWN: dict[Comparison, str] = {">=": "≥", "<=": "≤", "<": "<"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One goal: ``metric`` (a glob: sizes are part of some metrics' names) of ``system`` in
+    ``scenario`` compared with ``value``. ``system`` ``aioqueue`` stands for every aioqueue
+    worker setting, each checked on its own. With ``vs_system`` or ``vs_metric`` the measured
+    figure is a ratio: the median over the baseline's (same system or metric when not given)."""
+
+    scenario: str
+    system: str
+    metric: str
+    comparison: Comparison
+    value: float
+    description: str
+    vs_system: str | None = None
+    vs_metric: str | None = None
+
+    @property
+    def relative(self) -> bool:
+        return self.vs_system is not None or self.vs_metric is not None
+
+
+TARGETS: tuple[Target, ...] = (
+    Target("drain", "aioqueue", "1 process, concurrency 10", ">=", 40_000, "drain, one process, concurrency 10"),
+    Target("drain", "aioqueue", "1 process, concurrency 10", ">=", 12, "drain against pgqueuer, concurrency 10",
+           vs_system="pgqueuer"),
+    Target("enqueue", "aioqueue", "bulk, * per call", ">=", 80_000, "bulk enqueue"),
+    Target("latency", "aioqueue", "commit seen -> handler start, p50", "<=", 1.0, "idle wake-up p50, from the commit"),
+    Target("latency", "aioqueue", "commit seen -> handler start, p99", "<=", 5.0, "idle wake-up p99, from the commit"),
+    Target("claim", "aioqueue", "claim_unlimited 10, * archived + * dead: server execution", "<=", 1.2,
+           "claim_unlimited beside a deep history, against an empty one",
+           vs_metric="claim_unlimited 10, empty history: server execution"),
+    Target("claim", "aioqueue", "claim 10, * archived + * dead: server execution", "<=", 1.2,
+           "claim beside a deep history, against an empty one",
+           vs_metric="claim 10, empty history: server execution"),
+    Target("memory", "aioqueue", "peak RSS, *", "<", 150, "worker memory with a deep backlog"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """One target checked against one measured system."""
+
+    target: Target
+    system: str
+    measured: float
+    unit: str
+    met: bool
+
+    def line(self) -> str:
+        """``drain, one process, concurrency 10, defaults: 6,398 jobs/s (goal ≥ 40,000) NOT met``"""
+        setting = self.system.partition(" (")[2].rstrip(")")
+        who = f"{self.target.description}, {setting}" if setting else self.target.description
+        goal = f"goal {_SHOWN[self.target.comparison]} {_figure(self.target.value, self.unit, goal=True)}"
+        return f"{who}: {_figure(self.measured, self.unit)} ({goal}) {'met' if self.met else 'NOT met'}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self.target), "system": self.system, "measured": self.measured,
+                "unit": self.unit, "met": self.met}
+
+
+def check(results: Results, targets: tuple[Target, ...] = TARGETS) -> list[Verdict]:
+    """Every target that this run measured, checked against the medians."""
+    verdicts: list[Verdict] = []
+    for target in targets:
+        for result in results.items.values():
+            if not _measures(target, result):
+                continue
+            measured, unit = result.median, result.unit
+            if target.relative:
+                baseline = _baseline(results, target, result)
+                if baseline is None:
+                    continue
+                measured, unit = measured / baseline.median, "x"
+            met = _COMPARE[target.comparison](measured, target.value)
+            verdicts.append(Verdict(target, result.system, measured, unit, met))
+    return verdicts
+
+
+def _measures(target: Target, result: Result) -> bool:
+    own_system = result.system == target.system or result.system.startswith(f"{target.system} (")
+    return (result.scenario == target.scenario and own_system and bool(result.values)
+            and fnmatch.fnmatchcase(result.metric, target.metric))
+
+
+def _baseline(results: Results, target: Target, result: Result) -> Result | None:
+    baseline = results.get(result.scenario, target.vs_system or result.system, target.vs_metric or result.metric)
+    return baseline if baseline is not None and baseline.values else None
+
+
+def _figure(value: float, unit: str, *, goal: bool = False) -> str:
+    if goal:  # as written in TARGETS: 40,000 jobs/s, 1 ms, 1.2x
+        return f"{value:,g}x" if unit == "x" else f"{value:,g} {unit}"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "jobs/s":
+        return f"{value:,.0f} jobs/s"
+    if unit == "ms":
+        return f"{value:.2f} ms"
+    return f"{value:,.1f} {unit}"

@@ -1,0 +1,124 @@
+"""Run the ``aioqueue`` command in tests, as a user would (``python -m aioqueue`` in a
+subprocess): a small app module for its worker, one-shot commands, a background worker process
+whose output a test can wait on, and stand-ins for the app's tasks to enqueue from the test."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+
+import anyio
+import psutil  # type: ignore[import-untyped]
+from anyio.abc import Process
+from anyio.streams.text import TextReceiveStream
+
+import aioqueue
+
+APP = '''
+"""A queue for the CLI tests: its one task records which process ran it."""
+import os
+
+import anyio
+
+import aioqueue
+
+queue = aioqueue.Queue(os.environ["AIOQUEUE_DSN"])
+
+
+@queue.task(queue="cli")
+async def record(n: int, sleep: float = 0.0) -> None:
+    async with queue.pool.acquire() as conn:
+        await conn.execute("INSERT INTO begun (n) VALUES ($1)", n)
+    await anyio.sleep(sleep)
+    async with queue.pool.acquire() as conn:
+        await conn.execute("INSERT INTO seen (n, pid) VALUES ($1, $2)", n, os.getpid())
+
+
+@queue.task(queue="cli")
+async def stuck() -> None:
+    async with queue.pool.acquire() as conn:
+        await conn.execute("INSERT INTO begun (n) VALUES (-1)")
+    await anyio.sleep_forever()
+'''
+
+
+def cli_env(dsn: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("AIOQUEUE_DSN", "DATABASE_URL")}
+    if dsn is not None:
+        env["AIOQUEUE_DSN"] = dsn
+    return env
+
+
+async def aioqueue_cli(
+    *args: str, dsn: str | None, cwd: Path | None = None, timeout: float = 20.0
+) -> tuple[int, str, str]:
+    """Run ``python -m aioqueue ARGS``; return (exit status, stdout, stderr)."""
+    with anyio.fail_after(timeout):
+        result = await anyio.run_process(
+            [sys.executable, "-m", "aioqueue", *args], env=cli_env(dsn), cwd=cwd, check=False
+        )
+    assert result.returncode is not None
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+class Output:
+    """Collects a running process's stderr; waits for text to appear in it."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self._changed = anyio.Event()
+
+    async def pump(self, process: Process) -> None:
+        assert process.stderr is not None
+        async for chunk in TextReceiveStream(process.stderr):
+            self.text += chunk
+            self._changed.set()
+            self._changed = anyio.Event()
+
+    async def wait_for(self, needle: str, count: int = 1, timeout: float = 20.0) -> None:
+        with anyio.fail_after(timeout):
+            while self.text.count(needle) < count:
+                await self._changed.wait()
+
+
+@contextlib.asynccontextmanager
+async def cli_process(
+    args: Sequence[str], dsn: str, cwd: Path
+) -> AsyncIterator[tuple[Process, Output]]:
+    """Start ``python -m aioqueue ARGS`` in the background; kill it if the test leaves it running."""
+    output = Output()
+    process = await anyio.open_process(
+        [sys.executable, "-m", "aioqueue", *args], env=cli_env(dsn), cwd=cwd, stdout=None
+    )
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(output.pump, process)
+            try:
+                yield process, output
+            finally:
+                if process.returncode is None:
+                    for child in psutil.Process(process.pid).children(recursive=True):
+                        child.kill()
+                    process.kill()
+                with anyio.fail_after(10):
+                    await process.wait()
+    finally:
+        print(output.text, file=sys.stderr)  # shown by pytest when the test fails
+
+
+def app_task(queue: aioqueue.Queue, name: str, queue_name: str) -> aioqueue.Task[..., None]:
+    """A stand-in for the app module's task, for enqueueing from the test (same name and queue)."""
+    sources: dict[str, Callable[..., Awaitable[None]]] = {"record": _record_signature, "stuck": _stuck_signature}
+    source = sources[name]
+    return queue.task(name=name, queue=queue_name)(source)
+
+
+async def _record_signature(n: int, sleep: float = 0.0) -> None:
+    raise AssertionError("runs in the worker process")
+
+
+async def _stuck_signature() -> None:
+    raise AssertionError("runs in the worker process")
