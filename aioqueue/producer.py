@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from .job import Job
+from .job import Connection, Job, Undecodable, decode_claimed
 from .signal import Flag
 
 if TYPE_CHECKING:
@@ -75,7 +75,21 @@ class Producer:
                     rows = await conn.fetch(q.claim, *args)
             else:
                 rows = await conn.fetch(q.claim_unlimited, *args)
-        return Job.from_records(rows)
+            jobs, bad = decode_claimed(rows)
+            if bad:
+                await self._bury(conn, bad)
+        return jobs
+
+    async def _bury(self, conn: Connection, bad: list[Undecodable]) -> None:
+        """Make dead at once the claimed jobs no handler could be called for: no attempt could
+        decode them, and leaving them running would hold them until their lease expires."""
+        n = len(bad)
+        await conn.execute(
+            self.app.queries.fail, [b.id for b in bad], [b.attempt for b in bad], [b.error for b in bad],
+            [None] * n, [True] * n, [0.0] * n, [1.0] * n, [0.0] * n, [0.0] * n,
+        )
+        for b in bad:
+            logger.error("job %d: marked dead: %s", b.id, b.error)
 
     async def wait(self) -> None:
         """Wait for a notification or the poll tick, whichever comes first."""
