@@ -69,16 +69,21 @@ class Producer:
             if now - self._limits_read_at >= self.limits_refresh:
                 self.limited = [r["name"] for r in await conn.fetch(q.limited_queues, self.queues)]
                 self._limits_read_at = now
-            if self.limited:
-                async with conn.transaction():
-                    await conn.execute(q.lock_queues, self.limited)
-                    rows = await conn.fetch(q.claim, *args)
-            else:
-                rows = await conn.fetch(q.claim_unlimited, *args)
-            jobs, bad = decode_claimed(rows)
-            if bad:
+            while True:
+                if self.limited:
+                    async with conn.transaction():
+                        await conn.execute(q.lock_queues, self.limited)
+                        rows = await conn.fetch(q.claim, *args)
+                else:
+                    rows = await conn.fetch(q.claim_unlimited, *args)
+                jobs, bad = decode_claimed(rows)
+                if not bad:
+                    return jobs
                 await self._bury(conn, bad)
-        return jobs
+                # An empty claim tells the worker nothing is ready: claim again rather than
+                # return one that is empty only because every row in it was buried.
+                if jobs:
+                    return jobs
 
     async def _bury(self, conn: Connection, bad: list[Undecodable]) -> None:
         """Make dead at once the claimed jobs no handler could be called for: no attempt could
