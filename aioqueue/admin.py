@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from . import maintenance
+from .checks import check_int, check_job_id, check_job_ids, check_limit, check_name, check_rate
 from .errors import ConfigurationError, JobCancelled, JobFailed, ResultUnavailable
 from .job import JobInfo
 from .notifier import Notifier
 from .signal import Flag
-from .task import check_int, check_name, check_seconds
 
 if TYPE_CHECKING:
     from .database import Database
@@ -36,14 +36,14 @@ class Admin:
     async def get_job(self, job_id: int) -> JobInfo | None:
         """Return a job by id, live or archived; None when it is gone (or was never there)."""
         async with self.db.connection() as conn:
-            row = await conn.fetchrow(self.db.queries.get_job, _job_id(job_id))
+            row = await conn.fetchrow(self.db.queries.get_job, check_job_id(job_id))
         return None if row is None else JobInfo.from_record(row)
 
     async def list_dead(self, *, queue: str | None = None, limit: int = 100) -> list[JobInfo]:
         """Return dead jobs, newest first (at most ``limit``, 1 to 10,000)."""
         if queue is not None:
             check_name("queue name", queue)
-        check_int("limit", limit, 1, 10_000)
+        check_limit("limit", limit, 1, 10_000)
         async with self.db.connection() as conn:
             rows = await conn.fetch(self.db.queries.list_dead, queue, limit)
         return [JobInfo.from_record(r) for r in rows]
@@ -89,7 +89,7 @@ class Admin:
         """Cancel a job: ``"cancelled"`` (it was pending), ``"requested"`` (it is running), or
         ``"not_found"``."""
         async with self.db.connection() as conn:
-            row = await conn.fetchrow(self.db.queries.cancel, _job_id(job_id), self.db.channels.cancel)
+            row = await conn.fetchrow(self.db.queries.cancel, check_job_id(job_id), self.db.channels.cancel)
         assert row is not None
         if row["cancelled"]:
             return "cancelled"
@@ -109,12 +109,7 @@ class Admin:
         check_name("queue name", queue)
         if concurrency is not None:
             check_int("concurrency", concurrency, 0, 1_000_000)
-        rate_limit = rate_period = None
-        if rate is not None:
-            if not isinstance(rate, tuple | list) or len(rate) != 2:
-                raise ConfigurationError(f"rate must be a pair (jobs, seconds), got {rate!r}")
-            rate_limit = check_int("rate limit", rate[0], 0, 100_000)
-            rate_period = check_seconds("rate period", rate[1], allow_zero=False)
+        rate_limit, rate_period = (None, None) if rate is None else check_rate(rate)
         async with self.db.connection() as conn:
             await conn.execute(self.db.queries.set_limits, queue, concurrency, rate_limit, rate_period)
 
@@ -131,7 +126,7 @@ class Admin:
         :class:`ResultUnavailable` if it is gone without an archived result, and
         ``TimeoutError`` after ``timeout`` seconds. Woken by NOTIFY; polls as a backstop.
         """
-        job_id = _job_id(job_id)
+        job_id = check_job_id(job_id)
         wake = Flag()
         listener = Notifier(self.db, {self.db.channels.done: lambda _payload: wake.set()}, wake.set)
         with anyio.fail_after(timeout):
@@ -161,10 +156,6 @@ class Admin:
             await wake.wait(poll_interval)
 
 
-def _job_id(value: object) -> int:
-    return check_int("job id", value, 1, 2**63 - 1)
-
-
 def _select_dead(ids: Iterable[int] | None, queue: str | None, all: bool) -> list[int] | None:
     if ids is not None and all:
         raise ConfigurationError("pass either ids or all=True, not both")
@@ -172,8 +163,4 @@ def _select_dead(ids: Iterable[int] | None, queue: str | None, all: bool) -> lis
         raise ConfigurationError("name the dead jobs: ids, queue=..., or all=True")
     if queue is not None:
         check_name("queue name", queue)
-    if ids is None:
-        return None
-    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
-        raise ConfigurationError(f"ids must be a list of job ids (ints), got {ids!r}")
-    return [_job_id(i) for i in ids]
+    return None if ids is None else check_job_ids(ids)

@@ -255,16 +255,20 @@ class Queue:
 
         def register(fn: Callable[P, Awaitable[R]]) -> Task[P, R]:
             registered: Task[P, R] = self.task(name=name, **task_options)(fn)
-            schedule = Periodic(
-                name=registered.name,
-                task=registered,
-                cron=cron,
-                every=every,
-                missed=missed,
-                misfire_grace=misfire_grace,
-                kwargs=dict(kwargs or {}),
-            )
-            registered.bind_arguments((), schedule.kwargs)  # fail now, not at the first slot
+            try:
+                # Checks the schedule and the kwargs against the signature now, not at a slot.
+                schedule = Periodic(
+                    name=registered.name,
+                    task=registered,
+                    cron=cron,
+                    every=every,
+                    missed=missed,
+                    misfire_grace=misfire_grace,
+                    kwargs=dict(kwargs or {}),
+                )
+            except BaseException:
+                del self.tasks[registered.name]  # a refused schedule registers nothing
+                raise
             self.periodics[registered.name] = schedule
             return registered
 

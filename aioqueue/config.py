@@ -19,10 +19,9 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
+from .checks import MAX_CONCURRENCY, MAX_NAME_LENGTH, check_concurrency, check_name, check_queue_names
 from .errors import ConfigurationError
-from .task import MAX_NAME_LENGTH, check_name
 
-MAX_CONCURRENCY = 10_000
 MAX_PREFETCH = 100_000
 MAX_SECONDS = 366 * 86400.0
 
@@ -139,10 +138,10 @@ class WorkerConfig:
 
     def __post_init__(self) -> None:
         put = object.__setattr__
-        concurrency = _int("concurrency", self.concurrency, 1, MAX_CONCURRENCY)
+        concurrency = check_concurrency(self.concurrency)
         prefetch = _int("prefetch", self.prefetch, 0, MAX_PREFETCH)
         if self.queues is not None:
-            put(self, "queues", tuple(_queue_names(self.queues)))
+            put(self, "queues", tuple(check_queue_names(self.queues)))
         if self.queue_slots is not None:
             put(self, "queue_slots", tuple(
                 (check_name("queue name", q), _int(f"concurrency of queue {q!r}", n, 1, MAX_CONCURRENCY))
@@ -231,24 +230,6 @@ class WorkerConfig:
             if data.get(key) is not None:
                 data[key] = tuple(tuple(v) if isinstance(v, list) else v for v in data[key])
         return cls(**data)
-
-
-def _queue_names(value: object) -> list[str]:
-    if isinstance(value, str | bytes):
-        raise ConfigurationError(
-            f"worker option queues must be a list of queue names, got the string {value!r}: "
-            f"pass queues=[{value!r}]"
-        )
-    if not isinstance(value, Sequence):
-        raise ConfigurationError(
-            f"worker option queues must be a list of queue names or a mapping {{queue: slots}}, got {value!r}"
-        )
-    names = [check_name("queue name", q) for q in value]
-    if not names:
-        raise ConfigurationError("worker option queues is empty: name at least one queue, or pass None")
-    if len(set(names)) != len(names):
-        raise ConfigurationError(f"worker option queues names a queue twice: {names!r}")
-    return names
 
 
 def worker_flags() -> list[tuple[str, dataclasses.Field[Any]]]:

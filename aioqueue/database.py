@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +20,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from . import migrate as migrations
+from .dsn import describe_dsn
 from .errors import AioqueueError, ConfigurationError, ConnectError, SchemaNotReadyError
 from .job import Connection
 from .queries import Queries, for_schema, validate_schema
@@ -35,21 +35,6 @@ _SCHEMA_ERRORS = (
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Pool reset hook: aioqueue leaves no session state behind, so skip the reset round trip."""
-
-
-def describe_dsn(dsn: str | None) -> str:
-    """Return ``host:port/database`` of a DSN for error messages, without the password."""
-    if not dsn:
-        return "the server named by the PG* environment variables"
-    try:
-        parts = urllib.parse.urlsplit(dsn)
-        query = urllib.parse.parse_qs(parts.query)
-        host = parts.hostname or query.get("host", ["localhost"])[0]
-        port = parts.port or query.get("port", [5432])[0]
-        database = parts.path.lstrip("/") or "(default database)"
-    except ValueError:
-        return "the server of the given DSN"
-    return f"{host}:{port}/{database}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

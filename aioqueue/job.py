@@ -56,14 +56,62 @@ class Job:
         )
 
     @classmethod
-    def from_records(cls, rows: Sequence[asyncpg.Record]) -> list[Job]:
-        """Build the jobs of one claim. Rows with the claim's columns in order are unpacked by
-        position, and their arguments (jsonb as text, so valid JSON) parsed as one JSON array:
-        together about 3 µs a job cheaper than a lookup by name and a json.loads per row."""
-        if not rows or tuple(rows[0].keys()) != _CLAIM_COLUMNS:
-            return [cls.from_record(row) for row in rows]
-        args = json.loads("[" + ",".join([row[3] for row in rows]) + "]")
-        return [cls(i, q, t, a, p, n, m, r, c) for (i, q, t, _, p, n, m, r, c), a in zip(rows, args, strict=True)]
+    def from_records(cls, rows: Sequence[asyncpg.Record]) -> tuple[list[Job], list[Undecodable]]:
+        """Build the jobs of one claim and set apart the rows that cannot be decoded (see
+        :func:`decode_claimed`)."""
+        return decode_claimed(rows)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Undecodable:
+    """A claimed row whose arguments Python cannot decode: ``(id, attempt)`` fences the write
+    that makes it dead; ``error`` says why."""
+
+    id: int
+    attempt: int
+    error: str
+
+
+def decode_claimed(rows: Sequence[asyncpg.Record]) -> tuple[list[Job], list[Undecodable]]:
+    """Build the jobs of one claim, and set apart the rows whose arguments cannot be decoded.
+
+    Rows with the claim's columns in order are unpacked by position and their arguments (jsonb
+    as text, so valid JSON) parsed as one JSON array: together about 3 µs a job cheaper than a
+    lookup by name and a json.loads per row. If that fails (nesting past Python's recursion
+    limit, an int over its digit limit), each row is decoded on its own, so one bad row never
+    takes its batch-mates with it.
+    """
+    if rows and tuple(rows[0].keys()) == _CLAIM_COLUMNS:
+        try:
+            args = json.loads("[" + ",".join([row[3] for row in rows]) + "]")
+        except (ValueError, RecursionError):
+            args = None
+        if args is not None and all(type(a) is dict for a in args):
+            pairs = zip(rows, args, strict=True)
+            return [Job(i, q, t, a, p, n, m, r, c) for (i, q, t, _, p, n, m, r, c), a in pairs], []
+    good: list[Job] = []
+    bad: list[Undecodable] = []
+    for row in rows:
+        try:
+            job = Job.from_record(row)
+        except (ValueError, RecursionError) as exc:
+            bad.append(Undecodable(row["id"], row["attempts"], _decode_error(exc)))
+            continue
+        if type(job.args) is not dict:
+            kind = type(job.args).__name__
+            error = f"TypeError: the stored arguments are a JSON {kind}, not an object of keyword arguments"
+            bad.append(Undecodable(job.id, job.attempt, error))
+        else:
+            good.append(job)
+    return good, bad
+
+
+def _decode_error(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        why = "they nest lists and objects deeper than Python's json can decode"
+    else:
+        why = str(exc)
+    return f"UndecodableArguments: the stored arguments cannot be decoded: {why} ({type(exc).__name__})"
 
 
 _CLAIM_COLUMNS = ("id", "queue", "task", "args", "priority", "attempts", "max_attempts", "run_at", "created_at")

@@ -10,43 +10,114 @@ bool or None dict keys arrive as strings.
 from __future__ import annotations
 
 import json
+import logging
 import math
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from .errors import JobArgumentsError, PayloadTooLargeError
 
+logger = logging.getLogger("aioqueue.payload")
+
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_DEPTH = 256
+"""How deep lists and dicts may nest in one argument or result (``[[1]]`` is 2 deep).
+
+jsonb itself takes some thousands of levels, but a worker decodes arguments with Python's
+``json``, which gives up near the recursion limit (1,000 by default, less the worker's own stack):
+deeper values are refused at enqueue rather than left for a worker that cannot read them."""
+
+_CYCLE_OR_DEPTH = (
+    "values that contain a reference cycle or are nested too deeply "
+    f"(over {MAX_DEPTH} levels of lists and dicts) cannot be stored as JSON"
+)
+
+
+def _int_problem(value: int, path: str) -> str | None:
+    limit = sys.get_int_max_str_digits()
+    # Python refuses to print ints of more digits than the limit; a cheap bound skips the rest.
+    if not limit or value.bit_length() <= 3 * limit:
+        return None
+    try:
+        int.__repr__(value)
+    except ValueError:
+        return (
+            f"{path} is an int too large for JSON (over {limit} digits, Python's limit for "
+            "printing an int), so it is not JSON-serialisable; send it as a str"
+        )
+    return None
+
+
+def _str_problem(value: str, path: str) -> str | None:
+    if "\x00" in value:
+        return f"{path} contains a NUL character (\\x00), which PostgreSQL jsonb cannot store"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"{path} contains an unpaired surrogate, which is not valid UTF-8"
+    return None
+
+
+def _key_problem(key: Any, path: str) -> str | None:
+    where = f"{path} key {key!r}" if not isinstance(key, int) or key.bit_length() < 64 else f"{path} key"
+    if isinstance(key, str):
+        return _str_problem(key, where)
+    if key is None or isinstance(key, bool):
+        return None
+    if isinstance(key, int):
+        return _int_problem(key, where)
+    if isinstance(key, float):
+        return None if math.isfinite(key) else f"{path} has the key {key!r}, which JSON cannot hold"
+    return f"{path} has a key {key!r} of type {type(key).__name__}; JSON keys are str"
 
 
 def _problem(value: Any, path: str) -> str | None:
-    """Describe the first part of ``value`` that JSON/jsonb cannot hold, or None."""
-    if value is None or isinstance(value, bool | int):
-        return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else f"{path} is {value!r}, which JSON cannot hold"
-    if isinstance(value, str):
-        if "\x00" in value:
-            return f"{path} contains a NUL character (\\x00), which PostgreSQL jsonb cannot store"
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return f"{path} contains an unpaired surrogate, which is not valid UTF-8"
-        return None
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            found = _problem(item, f"{path}[{i}]")
-            if found:
-                return found
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str | int | float | bool) and key is not None:
-                return f"{path} has a key {key!r} of type {type(key).__name__}; JSON keys are str"
-            found = _problem(str(key), f"{path} key {key!r}") or _problem(item, f"{path}[{key!r}]")
-            if found:
-                return found
-        return None
-    return f"{path} is of type {type(value).__name__}, which is not JSON-serialisable"
+    """Describe the first part of ``value`` that JSON/jsonb cannot hold, or None.
+
+    Iterative, so no value can exhaust the stack; a container that holds itself, or nesting
+    deeper than ``MAX_DEPTH``, is reported as such.
+    """
+    # Entries: (leaving, value, path, depth). A "leaving" entry marks the end of a container's
+    # children, so `open_ids` holds exactly the containers on the current path.
+    stack: list[tuple[bool, Any, str, int]] = [(False, value, path, 0)]
+    open_ids: set[int] = set()
+    while stack:
+        leaving, item, where, depth = stack.pop()
+        if leaving:
+            open_ids.discard(id(item))
+            continue
+        if item is None or isinstance(item, bool):
+            continue
+        if isinstance(item, int):
+            found = _int_problem(item, where)
+        elif isinstance(item, float):
+            found = None if math.isfinite(item) else f"{where} is {item!r}, which JSON cannot hold"
+        elif isinstance(item, str):
+            found = _str_problem(item, where)
+        elif isinstance(item, list | tuple | dict):
+            if id(item) in open_ids:
+                return f"{where} is a list or dict that contains it (a reference cycle); {_CYCLE_OR_DEPTH}"
+            if depth >= MAX_DEPTH:
+                return f"{path} nests lists and dicts more than {MAX_DEPTH} levels deep; {_CYCLE_OR_DEPTH}"
+            open_ids.add(id(item))
+            stack.append((True, item, where, depth))
+            children: list[tuple[bool, Any, str, int]] = []
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    found = _key_problem(key, where)
+                    if found:
+                        return found
+                    children.append((False, child, f"{where}[{key!r}]", depth + 1))
+            else:
+                children = [(False, child, f"{where}[{i}]", depth + 1) for i, child in enumerate(item)]
+            stack.extend(reversed(children))
+            continue
+        else:
+            found = f"{where} is of type {type(item).__name__}, which is not JSON-serialisable"
+        if found:
+            return found
+    return None
 
 
 def dumps(value: Any) -> str:
@@ -54,37 +125,40 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def _checked_dumps(value: Any, find_problem: Callable[[], str | None]) -> tuple[str | None, int, str | None]:
+    """Return ``(text, utf-8 size, None)`` for a storable value, or ``(None, 0, problem)``;
+    ``find_problem`` describes what is wrong with the value, or returns None."""
+    try:
+        text: str | None = dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        text = None
+    # The fast path only scans the text; the walk runs when something may be wrong: JSON
+    # refused it, a NUL, or enough brackets that the nesting may be too deep.
+    if text is None or "\\u0000" in text or "\x00" in text or text.count("[") + text.count("{") > MAX_DEPTH:
+        found = find_problem()
+        if found:
+            return None, 0, found
+        if text is None:  # pragma: no cover - _problem covers every case json.dumps refuses
+            return None, 0, "arguments are not JSON-serialisable"
+    try:
+        return text, len(text.encode("utf-8")), None
+    except UnicodeEncodeError:
+        return None, 0, find_problem() or "it is not valid UTF-8"
+
+
+def _arguments_problem(args: dict[str, Any]) -> str | None:
+    for name, value in args.items():
+        found = _problem(value, f"argument {name!r}")
+        if found:
+            return found
+    return None
+
+
 def encode_args(task: str, args: dict[str, Any], max_bytes: int) -> str:
     """Return ``args`` as JSON text for ``task``, or raise naming the offending argument."""
-    try:
-        return _encode_args(task, args, max_bytes)
-    except RecursionError:  # a reference cycle, or nesting deeper than Python's recursion limit
-        raise JobArgumentsError(
-            f"task {task!r}: arguments contain a reference cycle or are nested too deeply for JSON"
-        ) from None
-
-
-def _encode_args(task: str, args: dict[str, Any], max_bytes: int) -> str:
-    try:
-        text = dumps(args)
-    except (TypeError, ValueError):
-        text = None
-    # The fast path only scans the text; the walk runs when something may be wrong.
-    if text is None or "\\u0000" in text or "\x00" in text:
-        for name, value in args.items():
-            found = _problem(value, f"argument {name!r}")
-            if found:
-                raise JobArgumentsError(f"task {task!r}: {found}") from None
-        if text is None:  # pragma: no cover - _problem covers every case json.dumps refuses
-            raise JobArgumentsError(f"task {task!r}: arguments are not JSON-serialisable")
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        for name, value in args.items():
-            found = _problem(value, f"argument {name!r}")
-            if found:
-                raise JobArgumentsError(f"task {task!r}: {found}") from None
-        raise
+    text, size, found = _checked_dumps(args, lambda: _arguments_problem(args))
+    if text is None:
+        raise JobArgumentsError(f"task {task!r}: {found}")
     if size > max_bytes:
         raise PayloadTooLargeError(
             f"task {task!r}: arguments are {size} bytes as JSON, over the limit of {max_bytes} "
@@ -94,7 +168,21 @@ def _encode_args(task: str, args: dict[str, Any], max_bytes: int) -> str:
 
 
 def encode_result(value: Any) -> str | None:
-    """Return a handler's result as JSON text, or None when it cannot be stored."""
-    if value is None or _problem(value, "result") is not None:
+    """Return a handler's result as JSON text, or None when it cannot be stored (logged at
+    WARNING with the reason). Never raises: a result must not stop the worker."""
+    if value is None:
         return None
-    return dumps(value)
+    try:
+        text, _, found = _checked_dumps(value, lambda: _problem(value, "result"))
+    except Exception as exc:  # a broken __eq__/__hash__ and the like: still only a NULL result
+        text, found = None, f"{type(exc).__name__}: {exc}"
+    if text is None:
+        from .job import current_job  # job.py imports nothing from here; late to keep it so
+
+        try:
+            job = current_job()
+            whose = f"job {job.id} (task {job.task!r})"
+        except LookupError:
+            whose = "a job"
+        logger.warning("%s: its result is stored as NULL: %s", whose, found)
+    return text

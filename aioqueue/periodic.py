@@ -26,7 +26,7 @@ from croniter import croniter
 from . import enqueue
 from .errors import ConfigurationError
 from .job import Connection
-from .task import Task
+from .task import Task, check_seconds
 
 if TYPE_CHECKING:
     from .database import Database
@@ -53,12 +53,20 @@ class Periodic:
     def __post_init__(self) -> None:
         if (self.cron is None) == (self.every is None):
             raise ConfigurationError(f"periodic {self.name!r}: give a cron expression or every=, not both")
-        if self.cron is not None and not croniter.is_valid(self.cron):
+        if self.cron is not None and not (isinstance(self.cron, str) and croniter.is_valid(self.cron)):
             raise ConfigurationError(f"periodic {self.name!r}: {self.cron!r} is not a valid cron expression")
-        if self.every is not None and not (isinstance(self.every, int | float) and 1 <= self.every <= 366 * 86400):
+        if self.every is not None and not (
+            isinstance(self.every, int | float) and not isinstance(self.every, bool) and 1 <= self.every <= 366 * 86400
+        ):
             raise ConfigurationError(f"periodic {self.name!r}: every= must be 1 second to a year, got {self.every!r}")
         if self.missed not in ("once", "skip"):
             raise ConfigurationError(f"periodic {self.name!r}: missed must be 'once' or 'skip'")
+        check_seconds(f"periodic {self.name!r}: misfire_grace", self.misfire_grace)
+        if not isinstance(self.kwargs, dict):
+            raise ConfigurationError(f"periodic {self.name!r}: kwargs must be a dict, got {self.kwargs!r}")
+        # Encode now what every slot will enqueue: arguments that do not fit the signature or
+        # cannot be stored fail at registration, not at every scheduling tick.
+        self.task.encode((), self.kwargs)
 
     def slot(self, now: datetime.datetime) -> datetime.datetime:
         """The newest slot at or before ``now`` (an aware datetime)."""

@@ -21,7 +21,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
 from .claims import ClaimKey, Claims
-from .job import Job
+from .job import Connection, Job, Undecodable, decode_claimed
 from .signal import Flag
 
 if TYPE_CHECKING:
@@ -58,6 +58,8 @@ class Producer:
         """Set once the producer has looked for work (and the listener, if any, was started)."""
         self.statements = 0
         self.claimed = 0
+        self.buried = 0
+        """Claimed jobs made dead at once because no handler could be called with their row."""
         self._stopping = False
         self._slots = config.slots_by_queue
         # With a prefetch buffer, refill it in large claims rather than one job at a time.
@@ -177,15 +179,34 @@ class Producer:
             if now - self._limits_read_at >= self.limits_refresh:
                 self.limited = [r["name"] for r in await conn.fetch(q.limited_queues, self.queues)]
                 self._limits_read_at = now
-            if self.limited:
-                async with conn.transaction():
-                    await conn.execute(q.lock_queues, self.limited)
-                    rows = await conn.fetch(q.claim, *args)
-            else:
-                rows = await conn.fetch(q.claim_unlimited, *args)
-        jobs = Job.from_records(rows)
-        self.claimed += len(jobs)
-        return jobs
+            while True:
+                if self.limited:
+                    async with conn.transaction():
+                        await conn.execute(q.lock_queues, self.limited)
+                        rows = await conn.fetch(q.claim, *args)
+                else:
+                    rows = await conn.fetch(q.claim_unlimited, *args)
+                jobs, bad = decode_claimed(rows)
+                self.claimed += len(jobs)
+                if not bad:
+                    return jobs
+                await self._bury(conn, bad)
+                # An empty claim tells the worker nothing is ready: claim again rather than
+                # return one that is empty only because every row in it was buried.
+                if jobs:
+                    return jobs
+
+    async def _bury(self, conn: Connection, bad: list[Undecodable]) -> None:
+        """Make dead at once the claimed jobs no handler could be called for: no attempt could
+        decode them, and leaving them running would hold them until their lease expires."""
+        n = len(bad)
+        await conn.execute(
+            self.db.queries.fail, [b.id for b in bad], [b.attempt for b in bad], [b.error for b in bad],
+            [None] * n, [True] * n, [0.0] * n, [1.0] * n, [0.0] * n, [0.0] * n,
+        )
+        self.buried += n
+        for b in bad:
+            logger.error("job %d: marked dead: %s", b.id, b.error)
 
     async def claim_with_retry(self, limit: int, per_queue: Sequence[int] | None = None) -> list[Job]:
         """Claim, and on a database error log it and back off rather than fail the worker;

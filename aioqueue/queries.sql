@@ -45,8 +45,13 @@ SELECT 1;
 WITH ins AS (
     INSERT INTO {schema}.jobs AS j
         (queue, task, args, priority, run_at, max_attempts, dedup_key, archive)
+    -- asyncpg sends 0001-01-01 00:00 UTC and 9999-12-31 23:59:59.999999 UTC, the ends of the
+    -- run_at range, as -infinity and infinity: store the instants themselves.
     VALUES ($1, $2, $8::jsonb, $3,
-            coalesce($4::timestamptz, now()) + make_interval(secs => $5), $6, $9, $7)
+            CASE $4::timestamptz WHEN '-infinity' THEN '0001-01-01 00:00:00+00'
+                                 WHEN 'infinity' THEN '9999-12-31 23:59:59.999999+00'
+                                 ELSE coalesce($4::timestamptz, now()) END
+            + make_interval(secs => $5), $6, $9, $7)
     ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
     DO UPDATE SET dedup_key = EXCLUDED.dedup_key
     RETURNING j.id, (j.xmax = 0) AS inserted
@@ -59,7 +64,12 @@ SELECT ins.id, ins.inserted, pg_notify($10, $1)::text AS notified FROM ins;
 WITH ins AS (
     INSERT INTO {schema}.jobs AS j
         (queue, task, args, priority, run_at, max_attempts, dedup_key, archive)
-    SELECT $1, $2, t.args::jsonb, $3, coalesce($4::timestamptz, now()) + make_interval(secs => $5),
+    SELECT $1, $2, t.args::jsonb, $3,
+           -- The ends of the run_at range arrive as -infinity and infinity: see enqueue.
+           CASE $4::timestamptz WHEN '-infinity' THEN '0001-01-01 00:00:00+00'
+                                WHEN 'infinity' THEN '9999-12-31 23:59:59.999999+00'
+                                ELSE coalesce($4::timestamptz, now()) END
+           + make_interval(secs => $5),
            $6, t.dedup_key, $7
     FROM unnest($8::text[], $9::text[]) WITH ORDINALITY AS t(args, dedup_key, ord)
     ORDER BY t.ord

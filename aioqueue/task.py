@@ -12,11 +12,24 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import inspect
-import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
 from . import enqueue, payload
+from .checks import (
+    INT32_MAX,
+    MAX_DELAY_SECONDS,
+    MAX_KEY_BYTES,
+    MAX_KEY_LENGTH,
+    MAX_NAME_LENGTH,
+    check_int,
+    check_name,
+    check_run_at,
+    check_seconds,
+)
 from .errors import ConfigurationError, JobArgumentsError
 from .job import Connection, JobRef
 from .retry import Backoff
@@ -24,57 +37,16 @@ from .retry import Backoff
 if TYPE_CHECKING:
     from .app import Queue
 
+# The validators live in checks.py; other modules import them from here too.
+__all__ = [
+    "MAX_DELAY_SECONDS", "MAX_KEY_BYTES", "MAX_KEY_LENGTH", "MAX_NAME_LENGTH", "EnqueueOptions", "Enqueuer", "Task",
+    "check_int", "check_name", "check_run_at", "check_seconds",
+]
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_INT32 = 2**31 - 1
-MAX_DELAY_SECONDS = 10 * 365 * 86400.0
-MAX_NAME_LENGTH = 255
-MAX_KEY_LENGTH = 1000
-MAX_KEY_BYTES = 2000
-
-
-def check_name(kind: str, value: object, limit: int = MAX_NAME_LENGTH) -> str:
-    """Return ``value`` if it is a usable queue/task name or dedup key, else raise."""
-    if not isinstance(value, str) or not value:
-        raise ConfigurationError(f"{kind} must be a non-empty str, got {value!r}")
-    if len(value) > limit:
-        raise ConfigurationError(f"{kind} is {len(value)} characters long; the limit is {limit}")
-    if "\x00" in value:
-        raise ConfigurationError(f"{kind} {value!r} contains a NUL character")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ConfigurationError(f"{kind} {value!r} is not valid UTF-8") from None
-    return value
-
-
-def check_int(kind: str, value: object, low: int, high: int) -> int:
-    """Return ``value`` if it is an int in [low, high], else raise."""
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ConfigurationError(f"{kind} must be an int in [{low}, {high}], got {value!r}")
-    return value
-
-
-def check_seconds(kind: str, value: object, *, allow_zero: bool = True) -> float:
-    """Return ``value`` as float seconds if finite, non-negative and at most ten years."""
-    if (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and 0 <= value <= MAX_DELAY_SECONDS
-        and (allow_zero or value > 0)
-    ):
-        return float(value)
-    low = "0" if allow_zero else "more than 0"
-    raise ConfigurationError(f"{kind} must be {low} to ten years in seconds, got {value!r}")
-
-
-def check_run_at(value: object) -> datetime.datetime:
-    """Return ``value`` if it is a timezone-aware datetime, else raise."""
-    if not isinstance(value, datetime.datetime) or value.utcoffset() is None:
-        raise ConfigurationError(f"run_at must be a timezone-aware datetime, got {value!r}")
-    return value
+_INT32 = INT32_MAX
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -171,6 +143,11 @@ class Task(Generic[P, R]):
         (the job runs ``delay`` seconds after ``run_at``). ``key``: a dedup key; while a job
         with this key is pending or running, enqueueing again returns that job's id.
         """
+        if conn is not None and not isinstance(conn, asyncpg.Connection | PoolConnectionProxy):
+            raise ConfigurationError(
+                f"task {self.name!r}: conn must be an asyncpg.Connection or a connection acquired from an "
+                f"asyncpg pool, got {type(conn).__name__} {conn!r}"
+            )
         changes: dict[str, Any] = {}
         if delay is not None:
             changes["delay"] = check_seconds("delay", delay)

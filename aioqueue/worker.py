@@ -102,7 +102,9 @@ class Worker:
     def stats(self) -> WorkerStats:
         """Counts so far."""
         counts: dict[str, int] = {} if self.executor is None else dict(self.executor.counts)
-        counts["claimed"] = self.producer.claimed if self.producer is not None else 0
+        if self.producer is not None:
+            counts["claimed"] = self.producer.claimed + self.producer.buried
+            counts["dead"] = counts.get("dead", 0) + self.producer.buried
         return WorkerStats(**counts)
 
     @property

@@ -380,3 +380,133 @@ async def test_missing_or_foreign_schema_says_what_to_do(empty_dsn: str) -> None
             await conn.close()
         with pytest.raises(aioqueue.SchemaNotReadyError, match=r"newer than this code's .*upgrade aioqueue"):
             await q.worker().run_until_empty()
+
+
+def _nested(depth: int) -> list[Any]:
+    """A list nested ``depth`` levels deep: ``_nested(2) == [[]]``."""
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+async def test_unstorable_results_are_stored_as_null_and_the_worker_goes_on(
+    q: aioqueue.Queue, db: asyncpg.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    results: dict[str, Any] = {"cycle": cycle, "deep": _nested(5000), "huge": 10**5000, "too deep": _nested(257),
+                               "deepest kept": _nested(256), "fine": {"a": [1, 2]}}
+
+    @q.task(archive=True)
+    async def give(which: str) -> Any:
+        return results[which]
+
+    ids = {which: await give.enqueue(which=which) for which in results}
+    with caplog.at_level("WARNING", logger="aioqueue.payload"):
+        stats = await q.worker(concurrency=2).run_until_empty()
+    assert stats.succeeded == len(results)
+    rows = {r["id"]: r for r in await db.fetch("SELECT id, status, result::text FROM aioqueue.jobs_done")}
+    assert all(rows[i]["status"] == "succeeded" for i in ids.values())
+    for which in ("cycle", "deep", "huge", "too deep"):
+        assert rows[ids[which]]["result"] is None, which
+    assert await ids["fine"].result(timeout=5) == {"a": [1, 2]}
+    assert await ids["deepest kept"].result(timeout=5) == _nested(256)
+    warned = "\n".join(r.getMessage() for r in caplog.records)
+    assert f"job {ids['cycle']} (task 'give'): its result is stored as NULL: result[0] is a list or dict" in warned
+    assert f"job {ids['huge']} (task 'give'): its result is stored as NULL: result is an int too large" in warned
+    assert "result nests lists and dicts more than 256 levels deep" in warned
+
+
+async def test_argument_limits_name_the_argument(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    received: list[Any] = []
+
+    @q.task
+    async def take(x: Any, y: Any = None) -> None:
+        received.append(x)
+
+    with pytest.raises(aioqueue.JobArgumentsError, match=r"task 'take': argument 'y' is an int too large for JSON "
+                       r"\(over 4300 digits"):
+        await take.enqueue(x=1, y=10**4300)
+    with pytest.raises(aioqueue.JobArgumentsError, match="argument 'y' key is an int too large"):
+        await take.enqueue(x=1, y={10**5000: 1})
+    with pytest.raises(aioqueue.JobArgumentsError, match="argument 'x' nests lists and dicts more than 256 levels"):
+        await take.enqueue(x=_nested(257))
+    with pytest.raises(aioqueue.JobArgumentsError, match="argument 'x' nests lists and dicts more"):
+        await take.enqueue(x=[0, {"k": _nested(256)}])
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+    await take.enqueue(x=_nested(256))  # the limit itself
+    await take.enqueue(x=10**4299)  # 4300 digits
+    await q.worker().run_until_empty()
+    assert received == [_nested(256), 10**4299]
+
+
+async def test_rows_python_cannot_decode_go_dead_without_their_batch_mates(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    runs: list[int] = []
+
+    @q.task(max_attempts=5)
+    async def ping(n: Any) -> None:
+        runs.append(n if isinstance(n, int) else -1)
+
+    await db.execute(
+        "INSERT INTO aioqueue.jobs (queue, task, args) VALUES "
+        "('default', 'ping', ('{\"n\":' || repeat('[', 1100) || repeat(']', 1100) || '}')::jsonb), "
+        "('default', 'ping', '{\"n\": 7}'), "
+        "('default', 'ping', ('{\"n\":' || repeat('9', 5000) || '}')::jsonb), "
+        "('default', 'ping', '{\"n\": 8}')"
+    )
+    stats = await q.worker(concurrency=4).run_until_empty()
+    assert sorted(runs) == [7, 8] and stats.succeeded == 2
+    rows = await db.fetch("SELECT status, attempts, last_error FROM aioqueue.jobs ORDER BY id")
+    assert [(r["status"], r["attempts"]) for r in rows] == [("dead", 1), ("dead", 1)]
+    assert rows[0]["last_error"].startswith("UndecodableArguments: the stored arguments cannot be decoded: they nest")
+    assert rows[1]["last_error"].startswith("UndecodableArguments: the stored arguments cannot be decoded: Exceeds "
+                                            "the limit (4300 digits)")
+
+
+async def test_bad_options_are_refused_where_they_are_passed(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    @q.task
+    async def take() -> None:
+        pass
+
+    for conn in ("x", 5, q, object()):
+        with pytest.raises(aioqueue.ConfigurationError, match=r"conn must be an asyncpg.Connection or a "
+                           "connection acquired from an asyncpg pool"):
+            take.options(conn=conn)  # type: ignore[arg-type]
+    for delay in (10**400, -(10**400), 2**1024):
+        with pytest.raises(aioqueue.ConfigurationError, match="delay must be 0 to ten years in seconds"):
+            take.options(delay=delay)
+    east = datetime.timezone(datetime.timedelta(hours=14))
+    west = datetime.timezone(datetime.timedelta(hours=-11, minutes=-30))
+    for run_at in (datetime.datetime(9999, 12, 31, 23, tzinfo=west), datetime.datetime(1, 1, 1, 0, 30, tzinfo=east)):
+        with pytest.raises(aioqueue.ConfigurationError, match=r"run_at .* is outside the supported range"):
+            take.options(run_at=run_at)
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+    async with q.connection() as conn:  # a pool's connection is accepted
+        await take.options(conn=conn).enqueue()
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 1
+
+
+async def test_run_at_edges_round_trip_exactly(q: aioqueue.Queue) -> None:
+    @q.task
+    async def take() -> None:
+        pass
+
+    east = datetime.timezone(datetime.timedelta(hours=14))
+    west = datetime.timezone(datetime.timedelta(hours=-11, minutes=-30))
+    edges = [
+        datetime.datetime(1, 1, 1, tzinfo=datetime.UTC),
+        datetime.datetime(1, 1, 1, 14, tzinfo=east),  # the same instant, in another zone
+        datetime.datetime(1, 1, 1, 0, 0, 0, 1, tzinfo=datetime.UTC),
+        datetime.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=datetime.UTC),
+        datetime.datetime(9999, 12, 31, 12, 29, 59, 999999, tzinfo=west),
+        datetime.datetime(9999, 12, 31, 23, 59, 59, 999998, tzinfo=datetime.UTC),
+    ]
+    ids = [int(await take.options(run_at=at).enqueue()) for at in edges]
+    ids += [int(i) for i in await take.options(run_at=edges[0]).enqueue_many([{}])]
+    ids += [int(i) for i in await take.options(run_at=edges[3]).enqueue_many([{}])]
+    for job_id, at in zip(ids, [*edges, edges[0], edges[3]], strict=True):
+        info = await q.get_job(job_id)
+        assert info is not None and info.run_at == at and info.run_at.utcoffset() is not None, (at, info)

@@ -135,3 +135,24 @@ async def test_periodic_job_runs_in_a_worker(q: aioqueue.Queue) -> None:
     async with running(q.worker(poll_interval=0.05)):
         with anyio.fail_after(10):
             await ran.wait()
+
+
+def test_periodic_arguments_and_grace_are_checked_at_registration() -> None:
+    q = aioqueue.Queue("postgresql://localhost/x")
+
+    async def f(x: object = None) -> None:
+        pass
+
+    with pytest.raises(aioqueue.JobArgumentsError, match="argument 'x' is of type object, which is not JSON"):
+        q.periodic(every=5, name="a", kwargs={"x": object()})(f)
+    with pytest.raises(aioqueue.JobArgumentsError, match="unexpected keyword argument 'y'"):
+        q.periodic(every=5, name="b", kwargs={"y": 1})(f)
+    # app.py registers the task before the schedule is checked: each attempt needs its own name.
+    for i, grace in enumerate((-1, float("nan"), "5", 10**400)):
+        with pytest.raises(aioqueue.ConfigurationError, match="misfire_grace must be 0 to ten years in seconds"):
+            q.periodic(every=5, name=f"c{i}", misfire_grace=grace)(f)  # type: ignore[arg-type]
+    with pytest.raises(aioqueue.ConfigurationError, match="every= must be 1 second to a year, got True"):
+        q.periodic(every=True, name="d")(f)
+    assert q.periodics == {}
+    q.periodic(every=5, name="e", kwargs={"x": [1, "two"]}, misfire_grace=0)(f)
+    assert list(q.periodics) == ["e"]
