@@ -1,6 +1,7 @@
 """aioqueue: an asyncio job queue that lives in the PostgreSQL database you already run."""
 
 from .app import Queue
+from .config import WorkerConfig, WorkerOptions
 from .errors import (
     Abort,
     AioqueueError,
@@ -49,6 +50,8 @@ __all__ = [
     "Snooze",
     "Task",
     "Worker",
+    "WorkerConfig",
+    "WorkerOptions",
     "WorkerStats",
     "__version__",
     "current_job",

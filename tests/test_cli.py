@@ -248,3 +248,18 @@ async def _seen(db: asyncpg.Connection, count: int) -> bool:
 async def _begun(db: asyncpg.Connection, n: int) -> bool:
     return bool(await db.fetchval("SELECT count(*) FROM begun WHERE n = $1", n))
 
+
+
+async def test_bad_values_are_one_line_usage_errors(dsn: str, app_dir: Path) -> None:
+    for args, message in [
+        (["status", "--schema", ""], "schema name '' is not a plain identifier"),
+        (["dead", "purge", "1180591620717411303424"], "a job id is an integer from 1 to 2**63-1"),
+        (["worker", "cli_app:queue", "--metrics-port", "70000"], "must be a TCP port from 1 to 65535"),
+        (["worker", "cli_app:queue", "--concurrency", "0"], "concurrency must be an int from 1 to 10000"),
+        (["worker", "cli_app:queue", "--queues", "a=x"], "write every queue as NAME=SLOTS"),
+        (["worker", "cli_app:queue", "--lease", "1", "--heartbeat-interval", "2"], "shorter than the lease"),
+    ]:
+        status, _out, err = await aioqueue_cli(*args, dsn=dsn, cwd=app_dir)
+        assert status == 2, (args, status, err)
+        assert message in err, (args, err)
+        assert "Traceback" not in err, (args, err)
