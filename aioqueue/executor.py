@@ -171,12 +171,15 @@ class Executor:
         claim = claim_of(job)
         attempt = self.running[claim] = _Attempt(job, self._scope_type())
         job_token = _current.set(job)
-        attempt_token = _attempt.set(attempt)
+        # Only middleware read the attempt from the context: the plain path skips the cost.
+        attempt_token = _attempt.set(attempt) if self.middleware else None
         started = time.perf_counter()
         try:
             with attempt.scope:
                 if self.middleware:
                     result = await self._with_middleware(self.middleware, job, lambda: self._call(task, job))
+                elif task.timeout is None:
+                    result = await task.fn(**job.args)  # no timeout to apply: no wrapper either
                 else:
                     result = await self._call(task, job)
         except anyio.get_cancelled_exc_class() as exc:
@@ -208,7 +211,8 @@ class Executor:
                 self.completer.succeeded(job, payload.encode_result(result) if task.archive else None)
         finally:
             del self.running[claim]
-            _attempt.reset(attempt_token)
+            if attempt_token is not None:
+                _attempt.reset(attempt_token)
             _current.reset(job_token)
 
     async def _call(self, task: Task[Any, Any], job: Job) -> Any:
