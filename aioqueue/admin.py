@@ -89,7 +89,9 @@ class Admin:
         """Cancel a job: ``"cancelled"`` (it was pending), ``"requested"`` (it is running), or
         ``"not_found"``."""
         async with self.db.connection() as conn:
-            row = await conn.fetchrow(self.db.queries.cancel, check_job_id(job_id), self.db.channels.cancel)
+            row = await conn.fetchrow(
+                self.db.queries.cancel, check_job_id(job_id), self.db.channels.cancel, self.db.channels.done
+            )
         assert row is not None
         if row["cancelled"]:
             return "cancelled"

@@ -202,11 +202,11 @@ class Completer:
             self._ready.set()
 
     async def _write(self, batch: _Batch) -> None:
-        q = self.db.queries
+        q, ch = self.db.queries, self.db.channels
         async with self.db.connection() as conn:
             if batch.done_ids:
                 await conn.execute(
-                    q.complete, batch.done_ids, batch.done_attempts, batch.done_results, self.db.channels.done
+                    q.complete, batch.done_ids, batch.done_attempts, batch.done_results, ch.done, ch.jobs
                 )
                 batch.done_ids, batch.done_attempts, batch.done_results = [], [], []
             if batch.failures:
@@ -222,15 +222,19 @@ class Completer:
                     [x.retry.factor for x in f],
                     [x.retry.max_delay for x in f],
                     [x.retry.jitter for x in f],
+                    ch.jobs,
+                    ch.due,
+                    ch.done,
                 )
                 batch.failures = []
             if batch.reschedules:
                 r = batch.reschedules
                 await conn.execute(
-                    q.reschedule, [x[0] for x in r], [x[1] for x in r], [x[2] for x in r], [x[3] for x in r]
+                    q.reschedule, [x[0] for x in r], [x[1] for x in r], [x[2] for x in r], [x[3] for x in r],
+                    ch.jobs, ch.due,
                 )
                 batch.reschedules = []
             if batch.cancels:
                 c = batch.cancels
-                await conn.execute(q.finish_cancelled, [x[0] for x in c], [x[1] for x in c])
+                await conn.execute(q.finish_cancelled, [x[0] for x in c], [x[1] for x in c], ch.jobs, ch.done)
                 batch.cancels = []

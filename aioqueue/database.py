@@ -47,10 +47,12 @@ class Channels:
     """A running job was asked to stop (payload: its id)."""
     done: str
     """Jobs reached a final state that ``result()`` waits for (payload: empty)."""
+    due: str
+    """A job will be due later (payload: ``'seconds queue'``): workers wake for it on time."""
 
     @classmethod
     def for_schema(cls, schema: str) -> Channels:
-        return cls(jobs=f"{schema}_jobs", cancel=f"{schema}_cancel", done=f"{schema}_done")
+        return cls(jobs=f"{schema}_jobs", cancel=f"{schema}_cancel", done=f"{schema}_done", due=f"{schema}_due")
 
 
 class Database:

@@ -23,12 +23,17 @@ def _fields(task: Task[Any, Any], opts: EnqueueOptions) -> tuple[Any, ...]:
     return (opts.queue, task.name, opts.priority, opts.run_at, opts.delay, opts.max_attempts, task.archive)
 
 
+def _channels(db: Database) -> tuple[str, str]:
+    """Where a job ready now wakes workers, and where a later one says when it is due."""
+    return db.channels.jobs, db.channels.due
+
+
 async def insert_one(
     db: Database, task: Task[Any, Any], opts: EnqueueOptions, args: str, conn: Connection | None
 ) -> int:
     """Write one job and its NOTIFY; return its id (the live job's, when its dedup key is taken)."""
     async with db.connection(conn) as c:
-        row = await c.fetchrow(db.queries.enqueue, *_fields(task, opts), args, opts.key, db.channels.jobs)
+        row = await c.fetchrow(db.queries.enqueue, *_fields(task, opts), args, opts.key, *_channels(db))
     assert row is not None
     return int(row["id"])
 
@@ -45,7 +50,7 @@ async def insert_many(
     order given."""
     key_list: list[str | None] = list(keys) if keys is not None else [None] * len(args)
     async with db.connection(conn) as c:
-        rows = await c.fetch(db.queries.enqueue_many, *_fields(task, opts), list(args), key_list, db.channels.jobs)
+        rows = await c.fetch(db.queries.enqueue_many, *_fields(task, opts), list(args), key_list, *_channels(db))
     by_key = {r["dedup_key"]: int(r["id"]) for r in rows if r["dedup_key"] is not None}
     # Identity values follow the insert order, which follows the input order.
     unkeyed = iter(sorted(int(r["id"]) for r in rows if r["dedup_key"] is None))

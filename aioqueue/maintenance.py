@@ -26,7 +26,7 @@ async def reap(db: Database, batch: int = 1000) -> int:
     total = 0
     while True:
         async with db.connection() as conn:
-            rows = await conn.fetch(db.queries.reap_expired, batch, db.channels.jobs)
+            rows = await conn.fetch(db.queries.reap_expired, batch, db.channels.jobs, db.channels.done)
         total += len(rows)
         if len(rows) < batch:
             return total

@@ -3,10 +3,10 @@
 The producer owns the worker's claiming: it works out the free capacity (slots not taken by
 active handlers, plus the prefetch buffer, capped per queue when the worker caps queues), holds
 off while the completer has no room for more outcomes, and waits for a reason to look (a
-notification, a freed slot, the end of a claim that filled every slot, or the poll tick). It
-then claims with ``FOR UPDATE SKIP LOCKED`` in a single short statement, records the claims, and
-hands the jobs to the worker's runners. It never runs a handler and never holds a transaction
-open beyond the claim.
+notification, a freed slot, the end of a claim that filled every slot, the moment the earliest
+known delayed job or rate window comes due, or the poll tick). It then claims with ``FOR UPDATE
+SKIP LOCKED`` in a single short statement, records the claims, and hands the jobs to the
+worker's runners. It never runs a handler and never holds a transaction open beyond the claim.
 """
 
 from __future__ import annotations
@@ -50,6 +50,14 @@ class Producer:
         self.config = config
         self.worker_id = config.name or "aioqueue"
         self.queues = list(queues)
+        self._queue_set = frozenset(self.queues)
+        # When to look again without being told (monotonic seconds): the earliest delayed job
+        # or rate window we know of. Delayed enqueues, retries and snoozes announce their due
+        # time by NOTIFY; the database is asked at start, after a due time passes, and after a
+        # claim a rate limit may have cut short.
+        self._due: float | None = None
+        self._check_due = True
+        self._woken = False
         self.claims = claims if claims is not None else Claims()
         self.completer = completer
         self.on_lost = on_lost
@@ -74,8 +82,30 @@ class Producer:
 
     def wake(self, queue: str | None = None) -> None:
         """Look for jobs now (``queue``: the queue a notification named, if any)."""
-        if queue is None or queue in self.queues:
+        if queue is None or queue in self._queue_set:
+            self._woken = True
             self.wakeup.set()
+
+    def reconnected(self) -> None:
+        """The listener was away: notifications may be lost, so look now and re-learn due times."""
+        self._check_due = True
+        self.wake()
+
+    def on_due(self, payload: str) -> None:
+        """A ``'seconds queue'`` notification: a job of ``queue`` is due in ``seconds``."""
+        seconds, _, queue = payload.partition(" ")
+        if queue in self._queue_set:
+            try:
+                self.due_in(float(seconds))
+            except ValueError:
+                logger.warning("ignored a malformed due-time notification %r", payload)
+
+    def due_in(self, seconds: float) -> None:
+        """Look again ``seconds`` from now (or earlier, if something else is due sooner)."""
+        at = time.monotonic() + max(0.0, seconds)
+        if self._due is None or at < self._due:
+            self._due = at
+            self.wakeup.set()  # re-arm the wait with the earlier deadline
 
     def stop(self) -> None:
         """Stop claiming; :meth:`run` returns at its next step."""
@@ -136,6 +166,8 @@ class Producer:
                     continue
                 jobs = await self.claim_with_retry(free, per_queue)
                 self.ready.set()
+                if len(jobs) < free and (self._check_due or self.limited or not self.config.listen):
+                    await self._learn_due()
                 if jobs:
                     for lost in self.claims.take(jobs):
                         self.on_lost(lost)
@@ -152,14 +184,47 @@ class Producer:
                     await self._wait_for_capacity()
                 elif self.completer is not None and not self.completer.idle:
                     await self.completer.wait_idle()  # outcomes first: a retry may be ready at once
+                elif self.limited and await self._held_back():
+                    await self.wait()  # ready jobs a limit holds back: not empty yet
                 else:
                     return
         finally:
             self.ready.set()
 
     async def wait(self) -> None:
-        """Wait for a notification or the poll tick, whichever comes first."""
-        await self.wakeup.wait(self.config.poll_interval)
+        """Wait for a wake-up, the earliest known due time, or the poll tick, whichever is first."""
+        deadline = time.monotonic() + self.config.poll_interval
+        while not self._woken and not self._stopping:
+            now = time.monotonic()
+            target = deadline if self._due is None else min(deadline, self._due)
+            if target <= now:
+                break
+            self.wakeup.clear()
+            if self._woken:
+                break
+            await self.wakeup.wait(target - now)
+        self._woken = False
+        if self._due is not None and self._due <= time.monotonic():
+            self._due = None
+            self._check_due = True  # that one is due now: ask what comes after it
+
+    async def _learn_due(self) -> None:
+        """Ask the database when to look next (delayed jobs, rate windows); a failure is left to
+        the poll."""
+        try:
+            async with self.db.connection() as conn:
+                seconds = await conn.fetchval(self.db.queries.next_wakeup, self.queues)
+        except Exception as exc:
+            logger.warning("reading the next due time failed (%s: %s)", type(exc).__name__, exc)
+            return
+        self._check_due = False
+        if seconds is not None:
+            self.due_in(seconds)
+
+    async def _held_back(self) -> bool:
+        """Whether ready jobs wait in our queues though we claimed none (a limit holds them)."""
+        async with self.db.connection() as conn:
+            return bool(await conn.fetchval(self.db.queries.ready_jobs, self.queues))
 
     # -- claiming ------------------------------------------------------------------------------
 
@@ -203,6 +268,7 @@ class Producer:
         await conn.execute(
             self.db.queries.fail, [b.id for b in bad], [b.attempt for b in bad], [b.error for b in bad],
             [None] * n, [True] * n, [0.0] * n, [1.0] * n, [0.0] * n, [0.0] * n,
+            self.db.channels.jobs, self.db.channels.due, self.db.channels.done,
         )
         self.buried += n
         for b in bad:
@@ -215,6 +281,7 @@ class Producer:
         while not self._stopping:
             try:
                 self.wakeup.clear()
+                self._woken = False
                 return await self.claim(limit, per_queue)
             except Exception as exc:
                 failures += 1

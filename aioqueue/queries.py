@@ -15,6 +15,8 @@ from importlib import resources
 from .errors import ConfigurationError
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+# A fragment's use: `{name}`, or `{name($3)}` to put the parameter $3 where it says `{channel}`.
+_USE = re.compile(r"\{(\w+)(?:\((\$\d+)\))?\}")
 _BLOCK = re.compile(r"^-- (name|fragment): (\w+)\n", re.MULTILINE)
 
 
@@ -44,6 +46,8 @@ class Queries:
     enqueue_many: str
     claim: str
     claim_unlimited: str
+    next_wakeup: str
+    ready_jobs: str
     lock_queues: str
     limited_queues: str
     set_paused: str
@@ -85,11 +89,14 @@ def parse(text: str) -> dict[str, str]:
         if name in statements or name in fragments:
             raise ValueError(f"queries.sql names {name!r} twice")
         into[name] = sql
-    for name, sql in statements.items():
-        for fragment, body in fragments.items():
-            sql = sql.replace("{" + fragment + "}", body)
-        statements[name] = sql
-    return statements
+    def expand(match: re.Match[str]) -> str:
+        name, argument = match[1], match[2]
+        if name not in fragments:
+            return match[0]  # not a fragment: `{schema}`, filled in later
+        body = fragments[name]
+        return body if argument is None else body.replace("{channel}", argument)
+
+    return {name: _USE.sub(expand, sql) for name, sql in statements.items()}
 
 
 @functools.cache

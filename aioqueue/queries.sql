@@ -54,9 +54,15 @@ WITH ins AS (
             + make_interval(secs => $5), $6, $9, $7)
     ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
     DO UPDATE SET dedup_key = EXCLUDED.dedup_key
-    RETURNING j.id, (j.xmax = 0) AS inserted
+    RETURNING j.id, (j.xmax = 0) AS inserted, j.run_at
 )
-SELECT ins.id, ins.inserted, pg_notify($10, $1)::text AS notified FROM ins;
+-- A job ready now wakes its queue's workers (channel $10, payload: the queue); a delayed one
+-- tells them when it is due (channel $11, payload: 'seconds queue'), so they wake on time.
+SELECT ins.id, ins.inserted,
+       CASE WHEN ins.run_at > now()
+            THEN pg_notify($11, extract(epoch FROM ins.run_at - now())::text || ' ' || $1)
+            ELSE pg_notify($10, $1) END::text AS notified
+FROM ins;
 
 -- name: enqueue_many
 -- Insert many jobs of one task in one statement, in the order given, and send one NOTIFY.
@@ -75,10 +81,15 @@ WITH ins AS (
     ORDER BY t.ord
     ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
     DO UPDATE SET dedup_key = EXCLUDED.dedup_key
-    RETURNING j.id, j.dedup_key
+    RETURNING j.id, j.dedup_key, j.run_at
 ),
 notified AS (
-    SELECT pg_notify($10, $1) WHERE EXISTS (SELECT FROM ins)
+    -- As in enqueue: one NOTIFY, for the earliest of the jobs.
+    SELECT CASE WHEN m.first > now()
+                THEN pg_notify($11, extract(epoch FROM m.first - now())::text || ' ' || $1)
+                ELSE pg_notify($10, $1) END
+    FROM (SELECT min(ins.run_at) AS first FROM ins) AS m
+    WHERE m.first IS NOT NULL
 )
 SELECT ins.id, ins.dedup_key, (SELECT count(*) FROM notified) AS notified FROM ins;
 
@@ -167,6 +178,41 @@ WITH wanted AS (
 {claim_pick}
 {claim_update};
 
+-- name: next_wakeup
+-- When the producer should look again without being told, in seconds from now (NULL: no
+-- reason before its poll): the earliest pending job of the queues $1 that is not due yet, and,
+-- for their rate-limited queues with ready jobs, when the oldest claim leaves the full window.
+WITH due AS (
+    SELECT min(c.run_at) AS at
+    FROM unnest($1::text[]) AS w(queue)
+    CROSS JOIN LATERAL (
+        SELECT j.run_at FROM {schema}.jobs AS j
+        WHERE j.status = 'pending' AND j.queue = w.queue AND j.run_at > now()
+        ORDER BY j.run_at
+        LIMIT 1
+    ) AS c
+),
+rate AS (
+    SELECT min(w.oldest + make_interval(secs => s.rate_period)) AS at
+    FROM {schema}.queues AS s
+    CROSS JOIN LATERAL (
+        SELECT min(t.at) AS oldest, count(*) AS n FROM unnest(s.recent_starts) AS t(at)
+        WHERE t.at > now() - make_interval(secs => s.rate_period)
+    ) AS w
+    WHERE s.name = ANY($1::text[]) AND NOT s.paused AND s.rate_limit IS NOT NULL AND w.n >= s.rate_limit
+)
+SELECT extract(epoch FROM least((SELECT at FROM due), (SELECT at FROM rate)) - now())::float8;
+
+-- name: ready_jobs
+-- Whether any job of the queues $1 is ready now (pending, due, its queue not paused): what
+-- run_until_empty() waits for when a limit holds its claims back.
+SELECT EXISTS (
+    SELECT FROM unnest($1::text[]) AS w(queue)
+    WHERE NOT EXISTS (SELECT FROM {schema}.queues AS s WHERE s.name = w.queue AND s.paused)
+      AND EXISTS (SELECT FROM {schema}.jobs AS j
+                  WHERE j.status = 'pending' AND j.queue = w.queue AND j.run_at <= now())
+);
+
 -- name: lock_queues
 -- Lock the rows of the limited queues among $1, in name order, so that claims on them take
 -- turns and each sees the others' claims (the claim that follows gets a fresh snapshot).
@@ -208,7 +254,8 @@ ORDER BY s.name;
 
 -- name: cancel
 -- Cancel a job: a pending one is moved to the archive as cancelled at once; a running one is
--- flagged and its worker told through NOTIFY on channel $2 (its poll is the backstop).
+-- flagged and its worker told through NOTIFY on channel $2 (its poll is the backstop). Whoever
+-- waits for the result of a job cancelled here is woken on channel $3.
 WITH removed AS (
     DELETE FROM {schema}.jobs AS j
     WHERE j.id = $1 AND j.status = 'pending'
@@ -229,6 +276,8 @@ flagged AS (
 ),
 notified AS (
     SELECT pg_notify($2, f.id::text) FROM flagged AS f
+    UNION ALL
+    SELECT pg_notify($3, '') WHERE EXISTS (SELECT FROM archived)
 )
 SELECT (SELECT count(*) FROM archived) AS cancelled,
        (SELECT count(*) FROM flagged) AS requested,
@@ -243,17 +292,26 @@ WHERE j.cancel_requested AND j.status = 'running';
 
 -- name: finish_cancelled
 -- Record running jobs whose handlers were cancelled on request: moved to the archive as
--- cancelled. Fenced by the claim like complete.
-WITH removed AS (
+-- cancelled. Fenced by the claim like complete; wakes result waiters ($4) and, for queues with
+-- a concurrency limit, the workers waiting for the freed slot ($3).
+WITH finished AS (
     DELETE FROM {schema}.jobs AS j
     USING unnest($1::bigint[], $2::int[]) AS d(id, attempts)
     WHERE j.id = d.id AND j.attempts = d.attempts AND j.status = 'running'
     RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
+),
+archived AS (
+    INSERT INTO {schema}.jobs_done
+        (id, queue, task, args, status, priority, attempts, dedup_key, created_at)
+    SELECT r.id, r.queue, r.task, r.args, 'cancelled', r.priority, r.attempts, r.dedup_key, r.created_at
+    FROM finished AS r
+),
+notified AS (
+    {slots_freed($3)}
+    UNION ALL
+    SELECT pg_notify($4, '') WHERE EXISTS (SELECT FROM finished)
 )
-INSERT INTO {schema}.jobs_done
-    (id, queue, task, args, status, priority, attempts, dedup_key, created_at)
-SELECT r.id, r.queue, r.task, r.args, 'cancelled', r.priority, r.attempts, r.dedup_key, r.created_at
-FROM removed AS r;
+SELECT count(*) FROM notified;
 
 -- name: database_now
 -- The database's clock: every schedule is computed from it, never from the worker's.
@@ -268,6 +326,19 @@ SELECT p.last_slot FROM {schema}.periodic AS p WHERE p.name = $1 FOR UPDATE;
 INSERT INTO {schema}.periodic AS p (name, last_slot) VALUES ($1, $2)
 ON CONFLICT (name) DO UPDATE SET last_slot = EXCLUDED.last_slot, updated_at = now()
 WHERE p.last_slot < EXCLUDED.last_slot;
+
+-- fragment: slots_freed
+-- Wake (on the channel given where it is used) the workers of every queue with a concurrency
+-- limit that the `finished` jobs free a slot of, so a claim the limit held back goes at once,
+-- in any process. Unlimited queues send nothing.
+SELECT pg_notify({channel}, q.name)
+FROM {schema}.queues AS q
+WHERE q.concurrency_limit IS NOT NULL AND q.name IN (SELECT f.queue FROM finished AS f)
+
+-- fragment: retries_due
+-- Tell every worker of a queue when its earliest retry in this batch is due ('seconds queue').
+SELECT pg_notify($11, extract(epoch FROM d.first - now())::text || ' ' || d.queue)
+FROM (SELECT f.queue, min(f.run_at) AS first FROM finished AS f WHERE f.status = 'pending' GROUP BY f.queue) AS d
 
 -- name: complete
 -- Finish succeeded jobs: delete them, moving those that keep an archive into jobs_done in
@@ -301,8 +372,11 @@ counted AS (
     ON CONFLICT (queue, minute, shard) DO UPDATE SET succeeded = s.succeeded + EXCLUDED.succeeded
 ),
 notified AS (
-    -- Wake whoever waits for a result (channel $4), once per batch that archived any.
+    -- Wake whoever waits for a result (channel $4), once per batch that archived any, and the
+    -- workers waiting for a freed slot of a queue with a concurrency limit (channel $5).
     SELECT pg_notify($4, '') WHERE EXISTS (SELECT FROM finished AS f WHERE f.archive)
+    UNION ALL
+    {slots_freed($5)}
 )
 SELECT count(*), (SELECT count(*) FROM notified) AS notified FROM finished;
 
@@ -310,6 +384,9 @@ SELECT count(*), (SELECT count(*) FROM notified) AS notified FROM finished;
 -- Record failed attempts: back to pending after an exponential backoff with jitter computed
 -- here from database time, or dead when attempts are spent or the handler asked for it.
 -- $4 is an explicit delay in seconds (NULL: use the backoff of $6..$9). Fenced like complete.
+-- Wakes: the workers of a limited queue whose slot freed ($10), every worker of a queue about
+-- the earliest retry's due time ($11, 'seconds queue'), and result waiters of dead jobs ($12).
+WITH finished AS (
 UPDATE {schema}.jobs AS j
 SET status = CASE WHEN f.dead OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
     run_at = CASE
@@ -328,12 +405,23 @@ FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[], $5::bool[],
             $6::float8[], $7::float8[], $8::float8[], $9::float8[])
      AS f(id, attempts, error, delay, dead, base, factor, max_delay, jitter)
 WHERE j.id = f.id AND j.attempts = f.attempts AND j.status || '' = 'running'  -- see complete
-RETURNING j.id, j.status;
+RETURNING j.id, j.queue, j.status, j.run_at
+),
+notified AS (
+    {slots_freed($10)}
+    UNION ALL
+    {retries_due}
+    UNION ALL
+    SELECT pg_notify($12, '') WHERE EXISTS (SELECT FROM finished AS f WHERE f.status = 'dead')
+)
+SELECT f.id, f.status, (SELECT count(*) FROM notified) AS notified FROM finished AS f;
 
 -- name: reschedule
 -- Put running jobs back to pending after a delay without spending an attempt (snooze, an
 -- interrupted shutdown, a job claimed but never started). Attempts never go down, so they stay
--- a fence; max_attempts goes up by one instead.
+-- a fence; max_attempts goes up by one instead. Wakes as fail does ($5 freed slots of limited
+-- queues and jobs due now, $6 the earliest later due time per queue).
+WITH finished AS (
 UPDATE {schema}.jobs AS j
 SET status = 'pending',
     run_at = now() + make_interval(secs => r.delay),
@@ -344,7 +432,18 @@ SET status = 'pending',
     locked_by = NULL
 FROM unnest($1::bigint[], $2::int[], $3::float8[], $4::text[]) AS r(id, attempts, delay, note)
 WHERE j.id = r.id AND j.attempts = r.attempts AND j.status || '' = 'running'  -- see complete
-RETURNING j.id;
+RETURNING j.id, j.queue, j.status, j.run_at
+),
+notified AS (
+    SELECT pg_notify($5, q.queue)
+    FROM (SELECT DISTINCT f.queue FROM finished AS f WHERE f.run_at <= now()) AS q
+    UNION ALL
+    {slots_freed($5)}
+    UNION ALL
+    SELECT pg_notify($6, extract(epoch FROM d.first - now())::text || ' ' || d.queue)
+    FROM (SELECT f.queue, min(f.run_at) AS first FROM finished AS f WHERE f.run_at > now() GROUP BY f.queue) AS d
+)
+SELECT f.id, (SELECT count(*) FROM notified) AS notified FROM finished AS f;
 
 -- name: extend_leases
 -- Heartbeat: push out the leases of every claim (id $1, attempt $2) this worker holds; returns
@@ -358,7 +457,7 @@ RETURNING j.id, j.attempts;
 
 -- name: reap_expired
 -- Return running jobs whose lease expired (their worker died or stalled) to pending, or to
--- dead when their attempts are spent; wake the workers of the queues that got work back.
+-- dead when their attempts are spent; wake the workers of their queues.
 WITH expired AS MATERIALIZED (
     SELECT j.id
     FROM {schema}.jobs AS j
@@ -381,8 +480,11 @@ reaped AS (
     RETURNING j.id, j.queue, j.status
 ),
 notified AS (
-    SELECT pg_notify($2, q.queue)
-    FROM (SELECT DISTINCT r.queue FROM reaped AS r WHERE r.status = 'pending') AS q
+    -- Every queue that got a job back, or a slot freed (a limited queue), is woken ($2), and
+    -- whoever waits for the result of a job that went dead ($3).
+    SELECT pg_notify($2, q.queue) FROM (SELECT DISTINCT r.queue FROM reaped AS r) AS q
+    UNION ALL
+    SELECT pg_notify($3, '') WHERE EXISTS (SELECT FROM reaped AS r WHERE r.status = 'dead')
 )
 SELECT r.id, r.status, (SELECT count(*) FROM notified) AS notified FROM reaped AS r;
 

@@ -176,9 +176,10 @@ class Worker:
                 if cfg.listen and not burst:
                     channels: dict[str, Callable[[str], None]] = {
                         db.channels.jobs: producer.wake,
+                        db.channels.due: producer.on_due,
                         db.channels.cancel: self._on_cancel,
                     }
-                    self.notifier = Notifier(db, channels, producer.wake, ping_interval=cfg.ping_interval)
+                    self.notifier = Notifier(db, channels, producer.reconnected, ping_interval=cfg.ping_interval)
                     await services.start(self.notifier.run)
                 services.start_soon(self._watch_cancels)
                 periodics = [p for p in self.app.periodics.values() if p.task.queue in queues]

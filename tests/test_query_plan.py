@@ -21,7 +21,7 @@ from aioqueue.queries import for_schema
 Q = for_schema("aioqueue")
 CLAIM_ARGS: tuple[Any, ...] = (["default"], [10], "plan-test", 300.0, 10)
 CLAIM_PARAMS = "text[], int[], text, float8, bigint"
-COMPLETE_PARAMS = "bigint[], int[], text[], text"
+COMPLETE_PARAMS = "bigint[], int[], text[], text, text"
 
 
 def assert_claim_reads_ready_index(plan: dict[str, Any]) -> None:
@@ -55,7 +55,7 @@ async def drain(db: asyncpg.Connection, batch: int = 500) -> int:
     done = 0
     while rows := await db.fetch(Q.claim, ["default"], [batch], "plan-test", 300.0, batch):
         await db.execute(Q.complete, [r["id"] for r in rows], [r["attempts"] for r in rows],
-                         [None] * len(rows), "plan-test")
+                         [None] * len(rows), "plan-test", "plan-test")
         done += len(rows)
     return done
 
@@ -135,13 +135,13 @@ async def test_finishing_writes_find_rows_by_primary_key_with_stale_statistics(
     ids, attempts = await claimed_ids(db, batch)
     assert len(ids) == batch
     small = batch <= 100
-    plan = await explain(db, Q.complete, ids, attempts, [None] * batch, "plan-test")
+    plan = await explain(db, Q.complete, ids, attempts, [None] * batch, "plan-test", "plan-test")
     assert_found_by_primary_key(plan, small_batch=small)
     plan = await explain(db, Q.extend_leases, ids, attempts, 300.0)
     assert_found_by_primary_key(plan, small_batch=small)
-    plan = await explain(db, Q.reschedule, ids, attempts, [0.0] * batch, [None] * batch)
+    plan = await explain(db, Q.reschedule, ids, attempts, [0.0] * batch, [None] * batch, "plan-test", "plan-test")
     assert_found_by_primary_key(plan, small_batch=small)
-    generic = await explain_generic(db, Q.complete, COMPLETE_PARAMS, "'{1,2}', '{1,1}', '{NULL,NULL}', 'c'")
+    generic = await explain_generic(db, Q.complete, COMPLETE_PARAMS, "'{1,2}', '{1,1}', '{NULL,NULL}', 'c', 'c'")
     assert_found_by_primary_key(generic)
 
 

@@ -80,7 +80,8 @@ enqueued, so the backlog stays the size its label says."""
                 rows = await conn.fetch(sql, *args)
                 round_trips[statement].append(time.perf_counter() - start)
                 await conn.execute(
-                    q.complete, [r["id"] for r in rows], [r["attempts"] for r in rows], [None] * len(rows), "bench"
+                    q.complete, [r["id"] for r in rows], [r["attempts"] for r in rows], [None] * len(rows),
+                    "bench", "bench",
                 )
                 await insert_pending(conn, len(rows))  # two statements claim: keep the backlog as labelled
     return {
