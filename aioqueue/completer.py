@@ -88,6 +88,8 @@ class Completer:
         self._idle.set()
         self._room = Flag()
         self._room.set()
+        self.writes = 0
+        """Batches written so far: a claim made before a write may have missed the slots it freed."""
 
     def __len__(self) -> int:
         """Outcomes buffered and not yet written."""
@@ -182,6 +184,7 @@ class Completer:
             finally:
                 self.writing.difference_update(claims)
                 self._room.set()
+            self.writes += 1
             self.on_written(claims)
         self._idle.set()
 

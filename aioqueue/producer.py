@@ -164,6 +164,7 @@ class Producer:
                 if self._should_wait(free):
                     await self._wait_for_capacity()
                     continue
+                writes = self.completer.writes if self.completer is not None else 0
                 jobs = await self.claim_with_retry(free, per_queue)
                 self.ready.set()
                 if len(jobs) < free and (self._check_due or self.limited or not self.config.listen):
@@ -184,6 +185,8 @@ class Producer:
                     await self._wait_for_capacity()
                 elif self.completer is not None and not self.completer.idle:
                     await self.completer.wait_idle()  # outcomes first: a retry may be ready at once
+                elif self.completer is not None and self.completer.writes != writes:
+                    continue  # outcomes written since the claim may have freed limited slots
                 elif self.limited and await self._held_back():
                     await self.wait()  # ready jobs a limit holds back: not empty yet
                 else:
