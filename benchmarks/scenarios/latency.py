@@ -14,6 +14,8 @@ import aioqueue
 
 FROM_CALL = "enqueue call -> handler start"
 FROM_COMMIT = "commit seen -> handler start"
+LATENESS = "run_at -> handler start (jobs delayed 0.2 s)"
+DELAY = 0.2
 
 
 def plan(run: Run) -> None:
@@ -26,6 +28,11 @@ def plan(run: Run) -> None:
         run.results.add_latency("latency", "aioqueue", FROM_COMMIT, from_commit)
 
     run.step("latency: aioqueue", measure)
+
+    async def lateness(dsn: str) -> None:
+        run.results.add_latency("latency", "aioqueue", LATENESS, await aioqueue_lateness(dsn, samples))
+
+    run.step("latency: aioqueue, delayed jobs", lateness)
     for name in run.competitors:
         run.step(f"latency: {name}", _competitor(run, name))
 
@@ -75,3 +82,39 @@ async def aioqueue_latency(dsn: str, samples: int) -> tuple[list[float], list[fl
                     from_commit.append(max(0.0, start_at - t1))
             worker.stop()
     return from_call, from_commit
+
+
+async def aioqueue_lateness(dsn: str, samples: int) -> list[float]:
+    """Per job enqueued with ``delay=DELAY`` to an idle worker (listening, 1 s poll): seconds
+    from its due time to handler start. The due time is taken as just before the enqueue call
+    plus the delay (the database's ``now()`` falls inside the call), so this overstates by at
+    most the call's own time."""
+    await migrated(dsn)
+    queue = aioqueue.Queue(dsn)
+    started = anyio.Event()
+    start_at = 0.0
+
+    async def ping() -> None:
+        nonlocal start_at
+        start_at = time.perf_counter()
+        started.set()
+
+    task = queue.task(name=TASK)(ping)
+    late: list[float] = []
+    async with queue:
+        worker = queue.worker(concurrency=10, install_signal_handlers=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            with anyio.fail_after(30):
+                await worker.ready.wait()
+            for i in range(samples + 1):
+                started = anyio.Event()
+                await anyio.sleep(IDLE_GAP)
+                t0 = time.perf_counter()
+                await task.options(delay=DELAY).enqueue()
+                with anyio.fail_after(30):
+                    await started.wait()
+                if i:  # the first is a warm-up
+                    late.append(start_at - t0 - DELAY)
+            worker.stop()
+    return late
