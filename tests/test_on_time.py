@@ -6,6 +6,7 @@ Every worker here polls only every 5 s, so a timing the tests accept cannot come
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import AsyncIterator
 
@@ -201,3 +202,39 @@ async def test_result_wakes_at_once_for_dead_and_cancelled_jobs(
     kind, at = outcome[0]
     assert kind == ("JobFailed" if ending == "dead" else "JobCancelled")
     assert at - event_at < 0.5, at - event_at  # by NOTIFY, not result()'s 1 s poll
+
+
+async def test_three_worker_processes_keep_two_limited_slots_busy(dsn: str, db: asyncpg.Connection) -> None:
+    from .limit_worker import SPANS_TABLE
+
+    await db.execute(SPANS_TABLE)
+    q = aioqueue.Queue(dsn)
+
+    @q.task(name="limited", queue="lim")
+    async def limited() -> None: ...
+
+    async with q:
+        await q.set_limits("lim", concurrency=2)
+        processes = [
+            await anyio.open_process([sys.executable, "-m", "tests.limit_worker", dsn, "0.2"]) for _ in range(3)
+        ]
+        try:
+            await eventually(lambda: db.fetchval(
+                "SELECT count(*) = 3 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+            ), timeout=20, what="three listening workers")
+            await limited.enqueue_many([{}] * 30)
+            await eventually(lambda: db.fetchval("SELECT count(*) = 30 FROM spans"), timeout=30,
+                             what="30 limited jobs across three processes")
+        finally:
+            for p in processes:
+                p.terminate()
+            for p in processes:
+                await p.wait()
+    took = await db.fetchval("SELECT extract(epoch FROM max(ended) - min(started))::float8 FROM spans")
+    # 30 jobs of 0.2 s through 2 slots: 3 s when a freed slot is taken at once (~15 s by polls).
+    assert took < 6.0, took
+    peak = await db.fetchval(
+        "SELECT max(n) FROM (SELECT (SELECT count(*) FROM spans AS o WHERE o.started <= s.started "
+        "AND o.ended > s.started) AS n FROM spans AS s) AS t"
+    )
+    assert peak <= 2  # measured inside the handlers, so it is at most the slots in use
