@@ -1,6 +1,6 @@
 """The ``aioqueue`` command: run workers, migrate the schema, and operate queues from a terminal.
 
-``aioqueue worker MODULE:ATTR`` runs the tasks of the Queue found there (in N supervised
+``aioqueue worker MODULE:ATTR`` (see :mod:`aioqueue.worker_command`) runs the tasks of the Queue found there (in N supervised
 processes with ``--processes``); ``migrate``, ``status`` and ``dead list|retry|purge`` are thin
 shells over the Queue's admin calls. The database comes from ``--dsn``, else ``AIOQUEUE_DSN``,
 else ``DATABASE_URL``. Exit status: 0 done, 1 the database refused or is not ready, 2 bad usage
@@ -10,8 +10,6 @@ or configuration, 130 interrupted. Runs on uvloop when it is installed.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import importlib
 import json
 import logging
 import os
@@ -24,14 +22,12 @@ import anyio
 from . import __version__
 from . import migrate as migrations
 from .app import Queue
-from .config import WorkerConfig, worker_flags
 from .errors import AioqueueError, ConfigurationError
 from .job import JobInfo
 from .queries import validate_schema
-from .worker import Worker
 
 if TYPE_CHECKING:
-    from .metrics import PrometheusMetrics
+    pass
 
 logger = logging.getLogger("aioqueue.cli")
 
@@ -75,56 +71,6 @@ def _job_id(text: str) -> int:
     return value
 
 
-def _queues(text: str) -> list[str] | dict[str, int]:
-    """``Q1,Q2`` (queues sharing every slot) or ``Q1=4,Q2=2`` (a cap on each queue's slots)."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("name at least one queue")
-    if not any("=" in n for n in names):
-        return names
-    slots: dict[str, int] = {}
-    for item in names:
-        name, sep, count = item.partition("=")
-        if not sep or not count.strip().isdigit():
-            raise argparse.ArgumentTypeError(f"write every queue as NAME=SLOTS, got {item!r}")
-        slots[name.strip()] = int(count)
-    return slots
-
-
-def _flag_type(field: dataclasses.Field[Any]) -> Callable[[str], Any]:
-    kind = str(field.type)
-    if kind.startswith("int"):
-        return int
-    if kind.startswith("float"):
-        return _seconds
-    return str
-
-
-def add_worker_flags(parser: argparse.ArgumentParser) -> None:
-    """Add a flag for every worker option that has one (from :class:`~aioqueue.WorkerConfig`'s
-    fields), and ``--queues``. Unset flags stay None: the config's defaults apply."""
-    defaults = WorkerConfig.__dataclass_fields__
-    for flag, field in worker_flags():
-        default = defaults[field.name].default
-        help_text = f"{field.metadata['help']} (default: {'derived' if default is None else default})"
-        names = [flag, "-c"] if field.name == "concurrency" else [flag]
-        if str(field.type) == "bool":
-            parser.add_argument(*names, dest=field.name, action=argparse.BooleanOptionalAction, default=None,
-                                help=help_text)
-        else:
-            parser.add_argument(*names, dest=field.name, type=_flag_type(field), default=None,
-                                metavar=field.name.upper(), help=help_text)
-    parser.add_argument("-q", "--queues", type=_queues, default=None, metavar="Q1,Q2",
-                        help="queues to work, or Q1=SLOTS,Q2=SLOTS to cap each one's share of the slots "
-                        "(default: every queue a registered task uses)")
-
-
-def worker_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The worker options given on the command line (flags left unset are not included)."""
-    names = [field.name for _, field in worker_flags()] + ["queues"]
-    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Return the parser of the ``aioqueue`` command line."""
     # Options every command takes, before or after the command name. SUPPRESS keeps a
@@ -156,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
         "a second signal interrupts them (they go back to pending).",
     )
     worker.add_argument("target", metavar="MODULE:ATTR", help="where the Queue is, e.g. myapp.jobs:queue")
+    from .worker_command import add_worker_flags  # it imports this module's basics
+
     add_worker_flags(worker)
     worker.add_argument("-p", "--processes", type=_positive_int, default=1,
                         help="worker processes, supervised and restarted if they die (default: 1)")
@@ -244,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown log level {level!r}")
     try:
         if args.command == "worker":
+            from .worker_command import run_worker_command
+
             return run_worker_command(args)
         command = {"migrate": _migrate, "status": _status, "dead": _dead}[args.command]
         return run_async(command, args)
@@ -265,150 +215,6 @@ def _single_error(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
-
-
-# -- worker -------------------------------------------------------------------------------------
-
-
-def load_queue(target: str) -> Queue:
-    """Import ``MODULE:ATTR`` (from the current directory too) and return the Queue there."""
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise UsageError(f"the worker target must be MODULE:ATTR (e.g. myapp.jobs:queue), got {target!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        found: object = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not module_name.startswith(exc.name):
-            raise  # the module exists but imports something missing: show the traceback
-        raise UsageError(f"cannot import {module_name!r}: {exc}") from None
-    for part in attr.split("."):
-        try:
-            found = getattr(found, part)
-        except AttributeError:
-            raise UsageError(f"{module_name!r} has no attribute {attr!r}") from None
-    if not isinstance(found, Queue):
-        raise UsageError(f"{target} is a {type(found).__name__}, not an aioqueue.Queue")
-    return found
-
-
-def _configure(queue: Queue, args: argparse.Namespace) -> None:
-    """Apply ``--dsn`` and check ``--schema`` against the queue the module built."""
-    schema = getattr(args, "schema", None)
-    if schema is not None and validate_schema(schema) != queue.schema:
-        raise UsageError(
-            f"{args.target} uses schema {queue.schema!r}, not {schema!r}: set it in Queue(schema=...)"
-        )
-    if args.supervised_by is not None and os.environ.get(_CHILD_DSN):
-        queue.dsn = os.environ[_CHILD_DSN]
-    elif getattr(args, "dsn", None):
-        queue.dsn = args.dsn
-    elif queue.dsn is None and not queue.database.is_open:
-        queue.dsn = resolve_dsn(args)
-
-
-#: Where a supervisor hands its children their configuration and DSN (never in argv, which is
-#: public: a DSN may hold a password).
-_CHILD_CONFIG = "AIOQUEUE_WORKER_CONFIG"
-_CHILD_DSN = "AIOQUEUE_WORKER_DSN"
-
-
-def _worker_config(args: argparse.Namespace) -> WorkerConfig:
-    if args.supervised_by is not None and os.environ.get(_CHILD_CONFIG):
-        return WorkerConfig.from_json(os.environ[_CHILD_CONFIG])
-    return WorkerConfig.from_options(worker_options(args))
-
-
-def run_worker_command(args: argparse.Namespace) -> int:
-    """``aioqueue worker``: one worker in this process, or a supervisor of N processes."""
-    queue = load_queue(args.target)
-    _configure(queue, args)
-    config = _worker_config(args)  # bad options fail here, once, before any child starts
-    if args.processes == 1:
-        return run_async(_work, queue, config, args)
-    from .supervisor import Supervisor
-
-    # Check once here: children that cannot start would only be restarted over and over.
-    run_async(_check_schema, queue)
-    env = {**os.environ, _CHILD_CONFIG: config.to_json()}
-    if queue.dsn:
-        env[_CHILD_DSN] = queue.dsn
-    supervisor = Supervisor(
-        lambda slot: _child_command(args, slot),
-        args.processes,
-        shutdown_timeout=config.grace_period + 30.0,
-        env=env,
-    )
-    return run_async(supervisor.run)
-
-
-async def _check_schema(queue: Queue) -> None:
-    async with queue:
-        await queue.check_schema()
-
-
-def _child_command(args: argparse.Namespace, slot: int) -> list[str]:
-    """A child's command line: the target and where it reports; its worker configuration and
-    DSN travel in the environment (``AIOQUEUE_WORKER_CONFIG``, ``AIOQUEUE_WORKER_DSN``)."""
-    command = [
-        sys.executable, "-m", "aioqueue", "worker", args.target,
-        "--log-level", str(getattr(args, "log_level", None) or "INFO"),
-        "--supervised-by", str(os.getpid()),
-    ]
-    if getattr(args, "schema", None):
-        command += ["--schema", args.schema]
-    if args.metrics_port is not None:
-        command += ["--metrics-port", str(args.metrics_port + slot), "--metrics-addr", args.metrics_addr]
-    return command
-
-
-async def _work(queue: Queue, config: WorkerConfig, args: argparse.Namespace) -> int:
-    worker = queue.worker(**_as_options(config))
-    metrics = _serve_metrics(queue, args)
-    async with queue, anyio.create_task_group() as tg:
-        if metrics is not None:
-            tg.start_soon(metrics.poll, queue)
-        if args.supervised_by is not None:
-            tg.start_soon(_stop_when_orphaned, args.supervised_by, worker)
-        await worker.run()
-        tg.cancel_scope.cancel()
-    return EXIT_OK
-
-
-def _as_options(config: WorkerConfig) -> Any:
-    """``config`` as worker options (``queue_slots`` folded back into ``queues``)."""
-    options = config.changes()
-    slots = options.pop("queue_slots")
-    if slots is not None:
-        options["queues"] = dict(slots)
-    options["install_signal_handlers"] = True
-    return options
-
-
-async def _stop_when_orphaned(parent_pid: int, worker: Worker) -> None:
-    # Nothing signals a child that its parent died (it is re-parented): poll for it.
-    while os.getppid() == parent_pid:  # noqa: ASYNC110
-        await anyio.sleep(1.0)
-    logger.error("the supervisor (pid %d) is gone: stopping", parent_pid)
-    worker.stop()
-
-
-def _serve_metrics(queue: Queue, args: argparse.Namespace) -> PrometheusMetrics | None:
-    if args.metrics_port is None:
-        return None
-    try:
-        from .metrics import PrometheusMetrics
-    except ImportError as exc:
-        raise UsageError(str(exc)) from None
-    metrics = PrometheusMetrics()
-    queue.use(metrics)
-    try:
-        metrics.serve(args.metrics_port, args.metrics_addr)
-    except OSError as exc:
-        raise UsageError(f"cannot serve metrics on {args.metrics_addr}:{args.metrics_port}: {exc}") from None
-    logger.info("serving Prometheus metrics at http://%s:%d/metrics", args.metrics_addr, args.metrics_port)
-    return metrics
 
 
 # -- migrate ------------------------------------------------------------------------------------
