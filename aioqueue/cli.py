@@ -1,10 +1,11 @@
 """The ``aioqueue`` command: run workers, migrate the schema, and operate queues from a terminal.
 
-``aioqueue worker MODULE:ATTR`` (see :mod:`aioqueue.worker_command`) runs the tasks of the Queue found there (in N supervised
-processes with ``--processes``); ``migrate``, ``status`` and ``dead list|retry|purge`` are thin
-shells over the Queue's admin calls. The database comes from ``--dsn``, else ``AIOQUEUE_DSN``,
-else ``DATABASE_URL``. Exit status: 0 done, 1 the database refused or is not ready, 2 bad usage
-or configuration, 130 interrupted. Runs on uvloop when it is installed.
+``aioqueue worker MODULE:ATTR`` runs the tasks of the Queue found there, in N supervised
+processes with ``--processes`` (see :mod:`aioqueue.worker_command`); ``migrate``, ``status`` and
+``dead list|retry|purge`` are thin shells over the operator calls (:mod:`aioqueue.admin`). The
+database comes from ``--dsn``, else ``AIOQUEUE_DSN``, else ``DATABASE_URL``. Exit status: 0 done,
+1 the database refused or is not ready, 2 bad usage or configuration, 130 interrupted. Runs on
+uvloop when it is installed.
 """
 
 from __future__ import annotations
