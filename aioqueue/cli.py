@@ -51,7 +51,8 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
+def seconds_arg(text: str) -> float:
+    """An argparse type: a finite number of seconds, at least 0."""
     value = float(text)
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")

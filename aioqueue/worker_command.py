@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .app import Queue
-from .cli import EXIT_OK, UsageError, _seconds, resolve_dsn, run_async
+from .cli import EXIT_OK, UsageError, resolve_dsn, run_async, seconds_arg
 from .config import WorkerConfig, worker_flags
 from .queries import validate_schema
 from .worker import Worker
@@ -49,7 +49,7 @@ def _flag_type(field: dataclasses.Field[Any]) -> Callable[[str], Any]:
     if kind.startswith("int"):
         return int
     if kind.startswith("float"):
-        return _seconds
+        return seconds_arg
     return str
 
 
