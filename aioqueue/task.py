@@ -190,6 +190,10 @@ class Task(Generic[P, R]):
     def arguments_problem(self, args: Mapping[str, Any]) -> str | None:
         """Why a stored job's arguments do not fit this task's signature (naming the task and the
         argument), or None when they do. For jobs enqueued by name, checked where the handler is."""
+        if self._names is not None:
+            unexpected = sorted(set(args) - self._names)
+            if unexpected:  # a misspelt name also makes a required one missing: name the cause
+                return f"task {self.name!r}: got an unexpected keyword argument {unexpected[0]!r}"
         try:
             self.bind_arguments((), args)
         except JobArgumentsError as exc:

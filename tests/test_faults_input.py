@@ -473,7 +473,7 @@ async def test_bad_options_are_refused_where_they_are_passed(q: aioqueue.Queue, 
 
     for conn in ("x", 5, q, object()):
         with pytest.raises(aioqueue.ConfigurationError, match=r"conn must be an asyncpg.Connection \(or one "
-                           "acquired from an asyncpg pool\), a SQLAlchemy AsyncSession"):
+                           r"acquired from an asyncpg pool\), a SQLAlchemy AsyncSession"):
             take.options(conn=conn)  # type: ignore[arg-type]
     for delay in (10**400, -(10**400), 2**1024):
         with pytest.raises(aioqueue.ConfigurationError, match="delay must be 0 to ten years in seconds"):
