@@ -507,3 +507,49 @@ async def test_every_path_shares_the_dedup_key_and_the_defaults(
     stripped = [(r[0], r[1], r[2], r[3], r[4], r[6], r[7], r[8]) for r in rows]
     assert stripped == [("default", "plain", "{}", "pending", 0, 0, 5, None)] * 3
 
+
+
+# -- 9. The examples ----------------------------------------------------------------------------
+
+
+async def test_fastapi_sqlalchemy_example_commits_order_and_job_together(
+    dsn: str, db: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import httpx
+
+    from .helpers import eventually
+    from .test_integrations import asgi_lifespan, assert_one_job_ever, load_example
+
+    example = load_example("fastapi_sqlalchemy", dsn, monkeypatch)
+    transport = httpx.ASGITransport(app=example.app)
+    async with asgi_lifespan(example.app), httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        created = await http.post("/orders", json={"item": "widget", "quantity": 3})
+        assert created.status_code == 201, created.text
+        order_id = created.json()["order_id"]
+
+        async def confirmed() -> bool:
+            return bool((await http.get(f"/orders/{order_id}")).json()["confirmed"])
+
+        await eventually(confirmed, what="the worker to confirm the order")
+        refused = await http.post("/orders", json={"item": "widget", "quantity": 1000})
+        assert refused.status_code == 409, refused.text
+        assert await db.fetchval("SELECT count(*) FROM sa_orders") == 1
+        assert await db.fetchval("SELECT available FROM sa_stock") == 97
+        await assert_one_job_ever(db)
+
+
+async def test_django_example_runs(dsn: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from .test_integrations import EXAMPLES
+
+    script = EXAMPLES / "django_app.py"
+    done = await anyio.run_process(
+        [sys.executable, str(script), "demo"], env={**os.environ, "AIOQUEUE_DSN": dsn},
+        stderr=subprocess.STDOUT, check=False,
+    )
+    output = done.stdout.decode()
+    assert done.returncode == 0, output
+    assert "jobs run: 1" in output and "confirmed: True" in output, output
