@@ -553,3 +553,11 @@ async def test_django_example_runs(dsn: str) -> None:
     output = done.stdout.decode()
     assert done.returncode == 0, output
     assert "jobs run: 1" in output and "confirmed: True" in output, output
+
+
+async def test_missing_schema_through_psycopg_says_run_migrate(empty_dsn: str) -> None:
+    async with aioqueue.Queue(empty_dsn) as q:
+        charge = _register(q)
+        async with await psycopg.AsyncConnection.connect(empty_dsn) as conn:
+            with pytest.raises(aioqueue.SchemaNotReadyError, match="run `aioqueue migrate`"):
+                await charge.options(conn=conn).enqueue(amount=1)
