@@ -11,6 +11,7 @@ from .errors import (
     JobCancelled,
     JobFailed,
     JobSignal,
+    NotInTransactionError,
     NotRegisteredError,
     PayloadTooLargeError,
     ResultUnavailable,
@@ -21,7 +22,7 @@ from .errors import (
 from .integrations.background import BackgroundWorker
 from .job import Job, JobInfo, JobRef, current_job
 from .retry import Backoff
-from .task import Enqueuer, Task
+from .task import Enqueuer, NamedTask, Task
 from .worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -41,6 +42,8 @@ __all__ = [
     "JobInfo",
     "JobRef",
     "JobSignal",
+    "NamedTask",
+    "NotInTransactionError",
     "NotRegisteredError",
     "PayloadTooLargeError",
     "Queue",

@@ -9,6 +9,7 @@ of the same names here are the public face of those two. It never runs a handler
 from __future__ import annotations
 
 import contextlib
+import datetime
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack, overload
@@ -17,14 +18,15 @@ import asyncpg
 
 from .admin import Admin
 from .config import WorkerOptions
+from .connections import CallerConnection
 from .database import Database
-from .errors import ConfigurationError, NotRegisteredError
-from .job import Connection, JobInfo
+from .errors import ConfigurationError, JobArgumentsError, NotRegisteredError
+from .job import Connection, JobInfo, JobRef
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES
 from .periodic import Missed, Periodic
 from .queries import Queries
 from .retry import Backoff
-from .task import Task, check_name
+from .task import NamedTask, Task, check_name
 
 if TYPE_CHECKING:
     from .middleware import Middleware
@@ -32,6 +34,17 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+def _json_object(task: str, args: Mapping[str, Any] | None) -> dict[str, Any]:
+    if args is None:
+        return {}
+    if not isinstance(args, Mapping):
+        raise JobArgumentsError(
+            f"task {task!r}: arguments by name must be a JSON object (a mapping of keyword arguments), "
+            f"got {type(args).__name__}"
+        )
+    return dict(args)
 
 
 class Queue:
@@ -216,6 +229,56 @@ class Queue:
             return self.tasks[name]
         except KeyError:
             raise NotRegisteredError(f"no task named {name!r} is registered on this queue") from None
+
+    def by_name(self, name: str) -> NamedTask:
+        """Return the task called ``name`` as a producer without its code sees it: enqueue it
+        with ``.options(...).enqueue(**args)`` (or ``enqueue_sync`` on a sync connection).
+        Its arguments are checked against the handler's signature where the handler runs."""
+        return NamedTask(self, name)
+
+    async def enqueue_by_name(
+        self,
+        name: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        conn: CallerConnection | None = None,
+        queue: str | None = None,
+        delay: float | None = None,
+        run_at: datetime.datetime | None = None,
+        priority: int | None = None,
+        key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> JobRef:
+        """Store a job of the task called ``name`` with ``args`` (a JSON object of keyword
+        arguments), without the handler's code; return its id. Options as :meth:`Task.options`.
+
+        A worker that has the task runs it; if the arguments do not fit its signature, the job
+        goes dead at once with a ``last_error`` naming the task and the argument.
+        """
+        enqueuer = self.by_name(name).options(
+            conn=conn, queue=queue, delay=delay, run_at=run_at, priority=priority, key=key,
+            max_attempts=max_attempts,
+        )
+        return await enqueuer.enqueue(**_json_object(name, args))
+
+    async def enqueue_many_by_name(
+        self,
+        name: str,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        conn: CallerConnection | None = None,
+        queue: str | None = None,
+        delay: float | None = None,
+        run_at: datetime.datetime | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+    ) -> list[JobRef]:
+        """Store one job of the task called ``name`` per JSON object of arguments, in one
+        statement; return their ids in order. See :meth:`enqueue_by_name`."""
+        enqueuer = self.by_name(name).options(
+            conn=conn, queue=queue, delay=delay, run_at=run_at, priority=priority, max_attempts=max_attempts
+        )
+        return await enqueuer.enqueue_many(items)
 
     # -- workers -----------------------------------------------------------------------------
 

@@ -1,57 +1,140 @@
 """Write validated jobs: one row per call, or many in one statement, each call with one NOTIFY.
 
-The callers (``Task.enqueue``, ``Task.enqueue_many``, the periodic scheduler) have already checked
-and serialised the arguments; this module only sends the named ``enqueue`` statements, on the
+The callers (``Enqueuer``, the by-name calls, the periodic scheduler) have already checked and
+serialised the arguments; this module only sends the named ``enqueue`` statements, on the
 caller's connection when given (so the job joins the caller's transaction) or on a pooled one.
-It returns job ids, never a half-written batch.
+Every path, async or sync, whatever the driver, sends the same statement with the same
+parameters, built here once. It returns job ids, never a half-written batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from .connections import SCHEMA_SQLSTATES, SYNC_WRITERS, AsyncpgWriter, Row, Writer, sqlstate_of
+from .errors import ConfigurationError, SchemaNotReadyError
 from .job import Connection
 
 if TYPE_CHECKING:
     from .database import Database
-    from .task import EnqueueOptions, Task
+    from .task import EnqueueOptions
 
 
-def _fields(task: Task[Any, Any], opts: EnqueueOptions) -> tuple[Any, ...]:
+class JobSource(Protocol):
+    """What a job row takes from its task: its name and whether it is archived when done."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def archive(self) -> bool: ...
+
+
+def _fields(task: JobSource, opts: EnqueueOptions) -> tuple[Any, ...]:
     """The leading parameters both enqueue statements take, in their shared order."""
     return (opts.queue, task.name, opts.priority, opts.run_at, opts.delay, opts.max_attempts, task.archive)
 
 
-def _channels(db: Database) -> tuple[str, str]:
-    """Where a job ready now wakes workers, and where a later one says when it is due."""
-    return db.channels.jobs, db.channels.due
+def one_params(db: Database, task: JobSource, opts: EnqueueOptions, args: str) -> tuple[Any, ...]:
+    """The ``enqueue`` statement's parameters for one job."""
+    return (*_fields(task, opts), args, opts.key, db.channels.jobs, db.channels.due)
+
+
+def many_params(
+    db: Database, task: JobSource, opts: EnqueueOptions, args: Sequence[str], keys: Sequence[str | None]
+) -> tuple[Any, ...]:
+    """The ``enqueue_many`` statement's parameters for many jobs of one task."""
+    return (*_fields(task, opts), list(args), list(keys), db.channels.jobs, db.channels.due)
+
+
+def _ids_in_order(rows: Sequence[Row], keys: Sequence[str | None]) -> list[int]:
+    """Map ``enqueue_many``'s rows (id, dedup_key, ...) back to the order of the input."""
+    by_key = {r[1]: int(r[0]) for r in rows if r[1] is not None}
+    # Identity values follow the insert order, which follows the input order.
+    unkeyed = iter(sorted(int(r[0]) for r in rows if r[1] is None))
+    return [by_key[k] if k is not None else next(unkeyed) for k in keys]
+
+
+def _schema_error(db: Database, exc: Exception) -> SchemaNotReadyError | None:
+    if sqlstate_of(exc) in SCHEMA_SQLSTATES:
+        return SchemaNotReadyError(
+            f"the aioqueue schema {db.schema!r} is missing or out of date ({exc}): "
+            "run `aioqueue migrate` (or `await queue.migrate()`)"
+        )
+    return None
+
+
+async def _rows(db: Database, writer: Writer | Connection | None, sql: str, params: tuple[Any, ...]) -> list[Row]:
+    if writer is None or not isinstance(writer, Writer):
+        async with db.connection(writer) as c:
+            return [tuple(r) for r in await c.fetch(sql, *params)]
+    if isinstance(writer, AsyncpgWriter):
+        async with db.connection(writer.check()) as c:
+            return [tuple(r) for r in await c.fetch(sql, *params)]
+    if isinstance(writer, SYNC_WRITERS):
+        raise ConfigurationError(
+            f"conn is a sync connection ({type(writer.conn).__name__}): use enqueue_sync()/enqueue_many_sync()"
+        )
+    try:
+        return await writer.rows(sql, params)
+    except Exception as exc:
+        missing = _schema_error(db, exc)
+        if missing is None:
+            raise
+        raise missing from exc
+
+
+def _rows_sync(db: Database, writer: Writer | None, sql: str, params: tuple[Any, ...]) -> list[Row]:
+    if not isinstance(writer, SYNC_WRITERS):
+        what = "no conn" if writer is None else f"the async connection {type(writer.conn).__name__}"
+        raise ConfigurationError(
+            f"enqueue_sync()/enqueue_many_sync() write on a sync connection (psycopg.Connection or Django's "
+            f"connection), given with options(conn=...); got {what}: use `await enqueue()` instead"
+        )
+    try:
+        return writer.rows(sql, params)
+    except Exception as exc:
+        missing = _schema_error(db, exc)
+        if missing is None:
+            raise
+        raise missing from exc
 
 
 async def insert_one(
-    db: Database, task: Task[Any, Any], opts: EnqueueOptions, args: str, conn: Connection | None
+    db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | Connection | None
 ) -> int:
     """Write one job and its NOTIFY; return its id (the live job's, when its dedup key is taken)."""
-    async with db.connection(conn) as c:
-        row = await c.fetchrow(db.queries.enqueue, *_fields(task, opts), args, opts.key, *_channels(db))
-    assert row is not None
-    return int(row["id"])
+    rows = await _rows(db, conn, db.queries.enqueue, one_params(db, task, opts, args))
+    return int(rows[0][0])
 
 
 async def insert_many(
     db: Database,
-    task: Task[Any, Any],
+    task: JobSource,
     opts: EnqueueOptions,
     args: Sequence[str],
     keys: Sequence[str | None] | None,
-    conn: Connection | None,
+    conn: Writer | Connection | None,
 ) -> list[int]:
     """Write many jobs of one task in one statement and one NOTIFY; return their ids in the
     order given."""
     key_list: list[str | None] = list(keys) if keys is not None else [None] * len(args)
-    async with db.connection(conn) as c:
-        rows = await c.fetch(db.queries.enqueue_many, *_fields(task, opts), list(args), key_list, *_channels(db))
-    by_key = {r["dedup_key"]: int(r["id"]) for r in rows if r["dedup_key"] is not None}
-    # Identity values follow the insert order, which follows the input order.
-    unkeyed = iter(sorted(int(r["id"]) for r in rows if r["dedup_key"] is None))
-    return [by_key[k] if k is not None else next(unkeyed) for k in key_list]
+    rows = await _rows(db, conn, db.queries.enqueue_many, many_params(db, task, opts, args, key_list))
+    return _ids_in_order(rows, key_list)
+
+
+def insert_one_sync(db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | None) -> int:
+    """:func:`insert_one` on a sync connection (psycopg or Django), with no event loop."""
+    rows = _rows_sync(db, conn, db.queries.enqueue, one_params(db, task, opts, args))
+    return int(rows[0][0])
+
+
+def insert_many_sync(
+    db: Database, task: JobSource, opts: EnqueueOptions, args: Sequence[str], conn: Writer | None
+) -> list[int]:
+    """:func:`insert_many` on a sync connection (psycopg or Django), with no event loop."""
+    keys: list[str | None] = [None] * len(args)
+    rows = _rows_sync(db, conn, db.queries.enqueue_many, many_params(db, task, opts, args, keys))
+    return _ids_in_order(rows, keys)
+

@@ -16,6 +16,11 @@ class ConfigurationError(AioqueueError, ValueError):
     """An option or name given to aioqueue is not valid."""
 
 
+class NotInTransactionError(ConfigurationError):
+    """A ``conn=`` given to enqueue has no transaction open, so the job would commit on its own
+    and survive a rollback of the caller's work: open a transaction, or omit ``conn``."""
+
+
 class JobArgumentsError(AioqueueError, TypeError):
     """A job's arguments do not fit its task, or cannot be stored as JSON.
 

@@ -163,6 +163,10 @@ class Executor:
                 dead=True,
             )
             return
+        problem = task.arguments_problem(job.args)  # jobs enqueued by name or by SQL: checked here
+        if problem is not None:
+            self._fail(job, "dead", f"TypeError: {problem}", task=task, dead=True)
+            return
 
         if self._scope_type is None:
             # anyio.CancelScope() looks up the running backend on every call, a few µs per job;

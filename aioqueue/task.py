@@ -15,9 +15,6 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-import asyncpg
-from asyncpg.pool import PoolConnectionProxy
-
 from . import enqueue, payload
 from .checks import (
     INT32_MAX,
@@ -30,8 +27,9 @@ from .checks import (
     check_run_at,
     check_seconds,
 )
+from .connections import CallerConnection, Writer, writer_for
 from .errors import ConfigurationError, JobArgumentsError
-from .job import Connection, JobRef
+from .job import JobRef
 from .retry import Backoff
 
 if TYPE_CHECKING:
@@ -39,8 +37,8 @@ if TYPE_CHECKING:
 
 # The validators live in checks.py; other modules import them from here too.
 __all__ = [
-    "MAX_DELAY_SECONDS", "MAX_KEY_BYTES", "MAX_KEY_LENGTH", "MAX_NAME_LENGTH", "EnqueueOptions", "Enqueuer", "Task",
-    "check_int", "check_name", "check_run_at", "check_seconds",
+    "MAX_DELAY_SECONDS", "MAX_KEY_BYTES", "MAX_KEY_LENGTH", "MAX_NAME_LENGTH", "EnqueueOptions", "Enqueuer",
+    "NamedTask", "Task", "check_int", "check_name", "check_run_at", "check_seconds", "checked_options",
 ]
 
 P = ParamSpec("P")
@@ -128,7 +126,7 @@ class Task(Generic[P, R]):
     def options(
         self,
         *,
-        conn: Connection | None = None,
+        conn: CallerConnection | None = None,
         delay: float | None = None,
         run_at: datetime.datetime | None = None,
         priority: int | None = None,
@@ -136,36 +134,21 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         max_attempts: int | None = None,
     ) -> Enqueuer[P, R]:
-        """Return an enqueuer with these options for the next ``enqueue``/``enqueue_many``.
+        """Return an enqueuer with these options for the next ``enqueue``/``enqueue_many`` (or
+        ``enqueue_sync``/``enqueue_many_sync`` on a sync connection).
 
-        ``conn``: an asyncpg connection (usually inside the caller's transaction) to write on.
-        ``delay``/``run_at``: when the job becomes ready, in database time; both may be given
-        (the job runs ``delay`` seconds after ``run_at``). ``key``: a dedup key; while a job
-        with this key is pending or running, enqueueing again returns that job's id.
+        ``conn``: a connection inside the caller's transaction, which the job joins: asyncpg,
+        SQLAlchemy ``AsyncSession``/``AsyncConnection`` (asyncpg driver), psycopg 3 (async or
+        sync) or Django's. ``delay``/``run_at``: when the job becomes ready, in database time;
+        both may be given (the job runs ``delay`` seconds after ``run_at``). ``key``: a dedup
+        key; while a job with this key is pending or running, enqueueing again returns that
+        job's id.
         """
-        if conn is not None and not isinstance(conn, asyncpg.Connection | PoolConnectionProxy):
-            raise ConfigurationError(
-                f"task {self.name!r}: conn must be an asyncpg.Connection or a connection acquired from an "
-                f"asyncpg pool, got {type(conn).__name__} {conn!r}"
-            )
-        changes: dict[str, Any] = {}
-        if delay is not None:
-            changes["delay"] = check_seconds("delay", delay)
-        if run_at is not None:
-            changes["run_at"] = check_run_at(run_at)
-        if priority is not None:
-            changes["priority"] = check_int("priority", priority, -_INT32, _INT32)
-        if key is not None:
-            changes["key"] = check_name("dedup key", key, MAX_KEY_LENGTH)
-            if len(key.encode("utf-8")) > MAX_KEY_BYTES:  # a btree entry holds at most 2704 bytes
-                raise ConfigurationError(
-                    f"dedup key is {len(key.encode('utf-8'))} bytes in UTF-8; the limit is {MAX_KEY_BYTES}"
-                )
-        if queue is not None:
-            changes["queue"] = check_name("queue name", queue)
-        if max_attempts is not None:
-            changes["max_attempts"] = check_int("max_attempts", max_attempts, 1, 10_000)
-        return Enqueuer(self, dataclasses.replace(self.defaults, **changes), conn)
+        opts = checked_options(
+            self.defaults, delay=delay, run_at=run_at, priority=priority, key=key, queue=queue,
+            max_attempts=max_attempts,
+        )
+        return Enqueuer(self, opts, _writer(self.name, conn))
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
         """Store a job that calls this task with these arguments; return its id.
@@ -175,10 +158,10 @@ class Task(Generic[P, R]):
         return await Enqueuer(self, self.defaults, None).enqueue(*args, **kwargs)
 
     async def enqueue_many(
-        self, items: Iterable[Mapping[str, Any]], *, conn: Connection | None = None
+        self, items: Iterable[Mapping[str, Any]], *, conn: CallerConnection | None = None
     ) -> list[JobRef]:
         """Store one job per mapping of keyword arguments, in one statement; return their ids."""
-        return await Enqueuer(self, self.defaults, conn).enqueue_many(items)
+        return await Enqueuer(self, self.defaults, _writer(self.name, conn)).enqueue_many(items)
 
     def bind_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Check a call against the signature and return its arguments by name."""
@@ -204,11 +187,119 @@ class Task(Generic[P, R]):
         named = self.bind_arguments(args, kwargs)
         return payload.encode_args(self.name, named, self.app.max_payload_bytes)
 
+    def arguments_problem(self, args: Mapping[str, Any]) -> str | None:
+        """Why a stored job's arguments do not fit this task's signature (naming the task and the
+        argument), or None when they do. For jobs enqueued by name, checked where the handler is."""
+        if self._names is not None:
+            unexpected = sorted(set(args) - self._names)
+            if unexpected:  # a misspelt name also makes a required one missing: name the cause
+                return f"task {self.name!r}: got an unexpected keyword argument {unexpected[0]!r}"
+        try:
+            self.bind_arguments((), args)
+        except JobArgumentsError as exc:
+            return str(exc)
+        return None
+
+
+class NamedTask:
+    """A task known only by name, as a producer without the handler's code sees it.
+
+    Its arguments are any JSON object of keyword arguments (checked against the signature by
+    the worker that runs it); its defaults are those of ``Queue.task()``, or the registered
+    task's when this process has it.
+    """
+
+    def __init__(self, app: Queue, name: str) -> None:
+        self.app = app
+        self.name = check_name("task name", name)
+        local = app.tasks.get(name)
+        self.archive = local.archive if local is not None else False
+        self.defaults = local.defaults if local is not None else EnqueueOptions(
+            queue="default", priority=0, max_attempts=5
+        )
+        self._local = local
+
+    def __repr__(self) -> str:
+        return f"<NamedTask {self.name!r}>"
+
+    def options(
+        self,
+        *,
+        conn: CallerConnection | None = None,
+        delay: float | None = None,
+        run_at: datetime.datetime | None = None,
+        priority: int | None = None,
+        key: str | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+    ) -> Enqueuer[..., Any]:
+        """Return an enqueuer with these options; see :meth:`Task.options`."""
+        opts = checked_options(
+            self.defaults, delay=delay, run_at=run_at, priority=priority, key=key, queue=queue,
+            max_attempts=max_attempts,
+        )
+        return Enqueuer(self, opts, _writer(self.name, conn))
+
+    def encode(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+        """Check and serialise a JSON object of keyword arguments (the signature too, when the
+        task is registered in this process)."""
+        if self._local is not None:
+            return self._local.encode(args, kwargs)
+        if args:
+            raise JobArgumentsError(f"task {self.name!r}: arguments by name are keyword arguments only")
+        for name in kwargs:
+            if not isinstance(name, str):
+                raise JobArgumentsError(
+                    f"task {self.name!r}: argument names must be str, got {name!r}; the arguments are a JSON object"
+                )
+        return payload.encode_args(self.name, dict(kwargs), self.app.max_payload_bytes)
+
+
+def checked_options(
+    defaults: EnqueueOptions,
+    *,
+    delay: float | None = None,
+    run_at: datetime.datetime | None = None,
+    priority: int | None = None,
+    key: str | None = None,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+) -> EnqueueOptions:
+    """Return ``defaults`` with the given options checked and set: the one definition of valid
+    enqueue options, shared by every way in."""
+    changes: dict[str, Any] = {}
+    if delay is not None:
+        changes["delay"] = check_seconds("delay", delay)
+    if run_at is not None:
+        changes["run_at"] = check_run_at(run_at)
+    if priority is not None:
+        changes["priority"] = check_int("priority", priority, -_INT32, _INT32)
+    if key is not None:
+        changes["key"] = check_name("dedup key", key, MAX_KEY_LENGTH)
+        if len(key.encode("utf-8")) > MAX_KEY_BYTES:  # a btree entry holds at most 2704 bytes
+            raise ConfigurationError(
+                f"dedup key is {len(key.encode('utf-8'))} bytes in UTF-8; the limit is {MAX_KEY_BYTES}"
+            )
+    if queue is not None:
+        changes["queue"] = check_name("queue name", queue)
+    if max_attempts is not None:
+        changes["max_attempts"] = check_int("max_attempts", max_attempts, 1, 10_000)
+    return dataclasses.replace(defaults, **changes) if changes else defaults
+
+
+def _writer(task: str, conn: object) -> Writer | None:
+    if conn is None:
+        return None
+    try:
+        return writer_for(conn)
+    except ConfigurationError as exc:
+        raise type(exc)(f"task {task!r}: {exc}") from None
+
 
 class Enqueuer(Generic[P, R]):
     """A task with options set for the next enqueue call (see :meth:`Task.options`)."""
 
-    def __init__(self, task: Task[P, R], opts: EnqueueOptions, conn: Connection | None):
+    def __init__(self, task: Task[P, R] | NamedTask, opts: EnqueueOptions, conn: Writer | None):
         self.task = task
         self.opts = opts
         self.conn = conn
@@ -225,6 +316,28 @@ class Enqueuer(Generic[P, R]):
         Every job gets these options; a dedup key cannot be shared by many jobs, so ``key``
         is refused here.
         """
+        texts = self._encode_many(items)
+        if not texts:
+            return []
+        app = self.task.app
+        ids = await enqueue.insert_many(app.database, self.task, self.opts, texts, None, self.conn)
+        return [JobRef(job_id, app) for job_id in ids]
+
+    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """Store one job through the sync connection given as ``conn`` (psycopg or Django), in
+        its transaction; return its id. Starts no event loop."""
+        text = self.task.encode(args, kwargs)
+        return enqueue.insert_one_sync(self.task.app.database, self.task, self.opts, text, self.conn)
+
+    def enqueue_many_sync(self, items: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Store one job per mapping of keyword arguments through the sync connection given as
+        ``conn``, in one statement; return their ids. Starts no event loop."""
+        texts = self._encode_many(items)
+        if not texts:
+            return []
+        return enqueue.insert_many_sync(self.task.app.database, self.task, self.opts, texts, self.conn)
+
+    def _encode_many(self, items: Iterable[Mapping[str, Any]]) -> list[str]:
         if self.opts.key is not None:
             raise ConfigurationError(
                 f"task {self.task.name!r}: enqueue_many cannot give one dedup key to many jobs"
@@ -240,8 +353,4 @@ class Enqueuer(Generic[P, R]):
                 texts.append(self.task.encode((), item))
             except JobArgumentsError as exc:
                 raise type(exc)(f"item {i} of enqueue_many: {exc}") from None
-        if not texts:
-            return []
-        app = self.task.app
-        ids = await enqueue.insert_many(app.database, self.task, self.opts, texts, None, self.conn)
-        return [JobRef(job_id, app) for job_id in ids]
+        return texts

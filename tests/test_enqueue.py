@@ -95,9 +95,10 @@ async def test_bulk_enqueue_of_10000_is_one_round_trip(q: aioqueue.Queue, db: as
     send_email = _register(q)
     statements: list[str] = []
     db.add_query_logger(lambda record: statements.append(record.query))
-    ids = await send_email.enqueue_many([{"order_id": i} for i in range(10_000)], conn=db)
+    async with db.transaction():
+        ids = await send_email.enqueue_many([{"order_id": i} for i in range(10_000)], conn=db)
     await anyio.lowlevel.checkpoint()  # asyncpg calls query loggers on the next loop tick
-    assert len(statements) == 1
+    assert statements[0] == "BEGIN;" and statements[2] == "COMMIT;" and len(statements) == 3
     assert len(ids) == len(set(ids)) == 10_000
     rows = await db.fetch("SELECT id, args FROM aioqueue.jobs ORDER BY id")
     by_id = {r["id"]: json.loads(r["args"])["order_id"] for r in rows}
@@ -108,9 +109,10 @@ async def test_single_enqueue_is_one_statement(q: aioqueue.Queue, db: asyncpg.Co
     send_email = _register(q)
     statements: list[str] = []
     db.add_query_logger(lambda record: statements.append(record.query))
-    await send_email.options(conn=db).enqueue(order_id=1)
+    async with db.transaction():
+        await send_email.options(conn=db).enqueue(order_id=1)
     await anyio.lowlevel.checkpoint()
-    assert len(statements) == 1
+    assert statements[0] == "BEGIN;" and statements[2] == "COMMIT;" and len(statements) == 3
 
 
 async def test_enqueue_options_are_stored(q: aioqueue.Queue, db: asyncpg.Connection) -> None:

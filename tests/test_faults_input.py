@@ -472,8 +472,8 @@ async def test_bad_options_are_refused_where_they_are_passed(q: aioqueue.Queue, 
         pass
 
     for conn in ("x", 5, q, object()):
-        with pytest.raises(aioqueue.ConfigurationError, match=r"conn must be an asyncpg.Connection or a "
-                           "connection acquired from an asyncpg pool"):
+        with pytest.raises(aioqueue.ConfigurationError, match=r"conn must be an asyncpg.Connection \(or one "
+                           r"acquired from an asyncpg pool\), a SQLAlchemy AsyncSession"):
             take.options(conn=conn)  # type: ignore[arg-type]
     for delay in (10**400, -(10**400), 2**1024):
         with pytest.raises(aioqueue.ConfigurationError, match="delay must be 0 to ten years in seconds"):
@@ -484,7 +484,7 @@ async def test_bad_options_are_refused_where_they_are_passed(q: aioqueue.Queue, 
         with pytest.raises(aioqueue.ConfigurationError, match=r"run_at .* is outside the supported range"):
             take.options(run_at=run_at)
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
-    async with q.connection() as conn:  # a pool's connection is accepted
+    async with q.connection() as conn, conn.transaction():  # a pool's connection is accepted
         await take.options(conn=conn).enqueue()
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 1
 

@@ -1,6 +1,8 @@
 """The enqueue scenario: jobs per second put in the queue one per call from one caller and
-from several concurrent callers, and in one bulk ``enqueue_many`` call; and the same through
-the other queues asked for with ``--compare``."""
+from several concurrent callers, and in one bulk ``enqueue_many`` call; then through each way
+in (a caller's asyncpg, SQLAlchemy, psycopg or Django connection, by name, SQL: see
+``enqueue_paths``), one per call and in bulk; and the same through the other queues asked for
+with ``--compare``."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from collections.abc import Awaitable, Callable
 from common import Measurement, Run, competitor_on, make_queue, migrated
 from compare import Competitor
 from compare.base import concurrent_callers
+
+from .enqueue_paths import PATHS, PathMeasure
 
 
 def plan(run: Run) -> None:
@@ -34,6 +38,10 @@ def plan(run: Run) -> None:
     run.step("enqueue: aioqueue one per call", one_caller)
     run.step(f"enqueue: aioqueue {callers} callers", many_callers)
     run.step("enqueue: aioqueue bulk", one_call)
+    for path, measure in PATHS.items():
+        for bulk_call, n in ((False, sizes.enqueue_single), (True, sizes.enqueue_bulk)):
+            metric = f"{path}, " + (f"bulk, {n} per call" if bulk_call else "one per call, a transaction each")
+            run.step(f"enqueue: aioqueue {metric}", _path(run, metric, measure, n, bulk_call))
     for name in run.competitors:
         cases: list[tuple[str, int, Callable[[Competitor], Awaitable[float]]]] = [
             (one, sizes.enqueue_single, lambda c: c.enqueue_one_by_one(sizes.enqueue_single, 1)),
@@ -42,6 +50,13 @@ def plan(run: Run) -> None:
         ]
         for metric, n, call in cases:
             run.step(f"enqueue: {name} {metric}", _competitor(run, name, metric, n, call))
+
+
+def _path(run: Run, metric: str, measure: PathMeasure, n: int, bulk: bool) -> Measurement:
+    async def measured(dsn: str) -> None:
+        run.results.add_rate("enqueue", "aioqueue", metric, n, await measure(dsn, n, bulk))
+
+    return measured
 
 
 def _competitor(

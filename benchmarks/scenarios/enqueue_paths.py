@@ -1,0 +1,204 @@
+"""What each way in costs: seconds to enqueue ``n`` jobs through each kind of caller connection
+(asyncpg, SQLAlchemy, psycopg async and sync, Django), by name, and through the SQL functions,
+one job per call (each call in a transaction of its own, as a request would) and in one bulk
+call. The enqueue scenario lines these up; the sync paths run in a thread, with no event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import psycopg
+from common import TASK, make_queue, migrated
+
+#: One measurement: seconds for ``n`` jobs on the database ``dsn``, one per call or in bulk.
+PathMeasure = Callable[[str, int, bool], Awaitable[float]]
+
+
+async def asyncpg_conn(dsn: str, n: int, bulk: bool) -> float:
+    await migrated(dsn)
+    queue, task = make_queue(dsn)
+    async with queue, queue.connection() as conn:
+        async with conn.transaction():  # prepare the statements outside the clock
+            await task.options(conn=conn).enqueue(i=-1)
+            await task.enqueue_many([{"i": -1}], conn=conn)
+        start = time.perf_counter()
+        if bulk:
+            async with conn.transaction():
+                await task.enqueue_many([{"i": i} for i in range(n)], conn=conn)
+        else:
+            for i in range(n):
+                async with conn.transaction():
+                    await task.options(conn=conn).enqueue(i=i)
+        return time.perf_counter() - start
+
+
+async def sqlalchemy_session(dsn: str, n: int, bulk: bool) -> float:
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+    await migrated(dsn)
+    queue, task = make_queue(dsn)
+    engine = create_async_engine(dsn.replace("postgresql://", "postgresql+asyncpg://", 1), pool_size=1)
+    session_for = async_sessionmaker(engine)
+    try:
+        async with queue:
+            async with session_for.begin() as session:
+                await task.options(conn=session).enqueue(i=-1)
+                await task.enqueue_many([{"i": -1}], conn=session)
+            start = time.perf_counter()
+            if bulk:
+                async with session_for.begin() as session:
+                    await task.enqueue_many([{"i": i} for i in range(n)], conn=session)
+            else:
+                for i in range(n):  # a session per call, as per request
+                    async with session_for.begin() as session:
+                        await task.options(conn=session).enqueue(i=i)
+            return time.perf_counter() - start
+    finally:
+        await engine.dispose()
+
+
+async def psycopg_async(dsn: str, n: int, bulk: bool) -> float:
+    await migrated(dsn)
+    _, task = make_queue(dsn)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        async with conn.transaction():
+            await task.options(conn=conn).enqueue(i=-1)
+        start = time.perf_counter()
+        if bulk:
+            async with conn.transaction():
+                await task.enqueue_many([{"i": i} for i in range(n)], conn=conn)
+        else:
+            for i in range(n):
+                async with conn.transaction():
+                    await task.options(conn=conn).enqueue(i=i)
+        return time.perf_counter() - start
+
+
+async def psycopg_sync(dsn: str, n: int, bulk: bool) -> float:
+    await migrated(dsn)
+    _, task = make_queue(dsn)
+
+    def measure() -> float:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            with conn.transaction():
+                task.options(conn=conn).enqueue_sync(i=-1)
+            start = time.perf_counter()
+            if bulk:
+                with conn.transaction():
+                    task.options(conn=conn).enqueue_many_sync([{"i": i} for i in range(n)])
+            else:
+                for i in range(n):
+                    with conn.transaction():
+                        task.options(conn=conn).enqueue_sync(i=i)
+            return time.perf_counter() - start
+
+    return await anyio.to_thread.run_sync(measure)
+
+
+_django_lock = threading.Lock()
+
+
+def _django_connection(dsn: str) -> Any:
+    """Django's default connection, pointed at ``dsn`` (configured once per process)."""
+    import django
+    from django.conf import settings
+
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    database = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": params.get("dbname"),
+        "USER": params.get("user", "postgres"),
+        "PASSWORD": params.get("password", ""),
+        "HOST": params.get("host", "127.0.0.1"),
+        "PORT": str(params.get("port", "5432")),
+    }
+    with _django_lock:
+        if not settings.configured:
+            settings.configure(DATABASES={"default": database}, INSTALLED_APPS=[], USE_TZ=True)
+            django.setup()
+    from django.db import connection, connections
+
+    connection.close()
+    connections.settings["default"].update(database)
+    return connection
+
+
+async def django_atomic(dsn: str, n: int, bulk: bool) -> float:
+    await migrated(dsn)
+    _, task = make_queue(dsn)
+
+    def measure() -> float:
+        from django.db import transaction
+
+        connection = _django_connection(dsn)
+        try:
+            with transaction.atomic():
+                task.options(conn=connection).enqueue_sync(i=-1)
+            start = time.perf_counter()
+            if bulk:
+                with transaction.atomic():
+                    task.options(conn=connection).enqueue_many_sync([{"i": i} for i in range(n)])
+            else:
+                for i in range(n):
+                    with transaction.atomic():
+                        task.options(conn=connection).enqueue_sync(i=i)
+            return time.perf_counter() - start
+        finally:
+            connection.close()
+
+    return await anyio.to_thread.run_sync(measure)
+
+
+async def by_name(dsn: str, n: int, bulk: bool) -> float:
+    await migrated(dsn)
+    import aioqueue
+
+    async with aioqueue.Queue(dsn, pool_max_size=1) as producer:  # no handler registered
+        await producer.enqueue_by_name(TASK, {"i": -1})
+        await producer.enqueue_many_by_name(TASK, [{"i": -1}])
+        start = time.perf_counter()
+        if bulk:
+            await producer.enqueue_many_by_name(TASK, [{"i": i} for i in range(n)])
+        else:
+            for i in range(n):
+                await producer.enqueue_by_name(TASK, {"i": i})
+        return time.perf_counter() - start
+
+
+async def sql_function(dsn: str, n: int, bulk: bool) -> float:
+    await migrated(dsn)
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        one = "SELECT aioqueue.add_job($1, $2::jsonb)"
+        many = "SELECT count(*) FROM aioqueue.add_jobs($1::jsonb)"
+        await conn.fetchval(one, TASK, '{"i": -1}')
+        await conn.fetchval(many, json.dumps([{"task": TASK, "args": {"i": -1}}]))
+        start = time.perf_counter()
+        if bulk:
+            await conn.fetchval(many, json.dumps([{"task": TASK, "args": {"i": i}} for i in range(n)]))
+        else:
+            for i in range(n):
+                await conn.fetchval(one, TASK, json.dumps({"i": i}))
+        return time.perf_counter() - start
+    finally:
+        await conn.close()
+
+
+#: Every way in, by the name the results use.
+PATHS: dict[str, PathMeasure] = {
+    "asyncpg conn=": asyncpg_conn,
+    "SQLAlchemy AsyncSession": sqlalchemy_session,
+    "psycopg async": psycopg_async,
+    "psycopg sync": psycopg_sync,
+    "Django atomic": django_atomic,
+    "by name": by_name,
+    "SQL add_job/add_jobs": sql_function,
+}

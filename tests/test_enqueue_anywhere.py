@@ -1,0 +1,566 @@
+"""Enqueue from anywhere: SQLAlchemy, psycopg (async and sync), Django, by name, and SQL, each in
+the caller's transaction, each writing the row the asyncpg path writes."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+import asyncpg
+import psycopg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+
+import aioqueue
+
+RUN_AT = datetime.datetime(2031, 5, 1, 12, tzinfo=datetime.UTC)
+COLUMNS = "queue, task, args::text, status, priority, run_at, attempts, max_attempts, dedup_key, archive, last_error"
+
+
+def _sa_url(dsn: str, driver: str = "asyncpg") -> str:
+    return dsn.replace("postgresql://", f"postgresql+{driver}://", 1)
+
+
+@pytest.fixture
+async def engine(dsn: str) -> AsyncIterator[AsyncEngine]:
+    eng = create_async_engine(_sa_url(dsn))
+    try:
+        yield eng
+    finally:
+        await eng.dispose()
+
+
+class Listener:
+    """Collects the payloads of a queue's wake-up channels: ``<schema>_jobs`` (a queue name, for
+    jobs ready now) and ``<schema>_due`` (``'seconds queue'``, for jobs due later).
+    ``settled()`` sends a marker and waits for it, so every notification committed before is in
+    ``received``."""
+
+    def __init__(self, conn: asyncpg.Connection, channel: str) -> None:
+        self.conn, self.channel = conn, channel
+        self.received: list[str] = []
+        self._marker = anyio.Event()
+
+    def on(self, _c: object, _pid: int, _ch: str, payload: object) -> None:
+        assert isinstance(payload, str)
+        if payload == "marker":
+            self._marker.set()
+        else:
+            self.received.append(payload)
+
+    async def settled(self) -> list[str]:
+        self._marker = anyio.Event()
+        await self.conn.execute("SELECT pg_notify($1, 'marker')", self.channel)
+        with anyio.fail_after(5):
+            await self._marker.wait()
+        return self.received
+
+
+@pytest.fixture
+async def listener(dsn: str, q: aioqueue.Queue) -> AsyncIterator[Listener]:
+    conn = await asyncpg.connect(dsn)
+    found = Listener(conn, q.channel)
+    await conn.add_listener(q.channel, found.on)
+    await conn.add_listener(q.database.channels.due, found.on)
+    try:
+        yield found
+    finally:
+        await conn.close()
+
+
+def _register(q: aioqueue.Queue) -> aioqueue.Task[..., None]:
+    @q.task(queue="mail", name="billing.charge")
+    async def charge(amount: int, note: str = "") -> None:
+        pass
+
+    return charge
+
+
+async def _jobs(db: asyncpg.Connection) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in await db.fetch(f"SELECT {COLUMNS} FROM aioqueue.jobs ORDER BY id")]
+
+
+# -- Django: configured once per process, pointed at the test's database per test ------------
+
+_django_lock = threading.Lock()
+
+
+def _django_connection(dsn: str) -> Any:
+    """Django's default connection, on the test's database (call in a thread with no loop)."""
+    import django
+    from django.conf import settings
+
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    database = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": params.get("dbname"),
+        "USER": params.get("user", "postgres"),
+        "PASSWORD": params.get("password", ""),
+        "HOST": params.get("host", "127.0.0.1"),
+        "PORT": str(params.get("port", "5432")),
+    }
+    with _django_lock:
+        if not settings.configured:
+            settings.configure(DATABASES={"default": database}, INSTALLED_APPS=[], USE_TZ=True)
+            django.setup()
+    from django.db import connection, connections
+
+    connection.close()
+    connections.settings["default"].update(database)
+    return connection
+
+
+@pytest.fixture
+def django_db(dsn: str) -> Iterator[str]:
+    yield dsn
+    from django.db import connection
+
+    connection.close()
+
+
+# -- 1. SQLAlchemy ----------------------------------------------------------------------------
+
+
+async def test_sqlalchemy_session_commit_and_rollback(
+    q: aioqueue.Queue, db: asyncpg.Connection, engine: AsyncEngine, listener: Listener
+) -> None:
+    charge = _register(q)
+    await db.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+    async with AsyncSession(engine) as session, session.begin():
+        await session.execute(text("INSERT INTO orders VALUES (1)"))
+        job = await charge.options(conn=session).enqueue(amount=1)
+        bulk = await charge.options(conn=session).enqueue_many([{"amount": 2}, {"amount": 3}])
+    assert await listener.settled() == ["mail"]  # one wake-up per transaction: PostgreSQL folds repeats
+    assert sorted([job, *bulk]) == [r["id"] for r in await db.fetch("SELECT id FROM aioqueue.jobs ORDER BY id")]
+
+    async def order_then_fail() -> None:
+        async with AsyncSession(engine) as session, session.begin():
+            await session.execute(text("INSERT INTO orders VALUES (2)"))
+            await charge.options(conn=session).enqueue(amount=4)
+            await charge.options(conn=session).enqueue_many([{"amount": 5}])
+            raise RuntimeError("declined")
+
+    with pytest.raises(RuntimeError, match="declined"):
+        await order_then_fail()
+    # An AsyncConnection, before its first statement: the job still joins its transaction.
+    async with engine.connect() as conn:
+        await conn.begin()
+        await charge.options(conn=conn).enqueue(amount=6)
+        await conn.rollback()
+    assert await listener.settled() == ["mail"]  # nothing more was sent
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 3
+    assert await db.fetchval("SELECT count(*) FROM orders") == 1
+
+
+async def test_sqlalchemy_first_statement_is_the_job(
+    q: aioqueue.Queue, db: asyncpg.Connection, engine: AsyncEngine
+) -> None:
+    """The session's transaction has begun but nothing was sent yet: the bare driver connection
+    would commit the job on its own. Written through the session, it rolls back with it."""
+    charge = _register(q)
+    async with AsyncSession(engine) as session, session.begin():
+        await charge.options(conn=session).enqueue(amount=1)
+        assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0  # not committed yet
+        await session.rollback()
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+
+
+async def test_sqlalchemy_other_driver_and_no_transaction_are_refused(
+    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection, engine: AsyncEngine
+) -> None:
+    charge = _register(q)
+    other = create_async_engine(_sa_url(dsn, "psycopg"))
+    try:
+        async with AsyncSession(other) as session:
+            with pytest.raises(aioqueue.ConfigurationError, match=r"'psycopg' driver.*only on the asyncpg driver"):
+                charge.options(conn=session)
+    finally:
+        await other.dispose()
+    async with AsyncSession(engine) as session:
+        with pytest.raises(aioqueue.NotInTransactionError, match=r"session.begin\(\)"):
+            await charge.options(conn=session).enqueue(amount=1)
+    auto = engine.execution_options(isolation_level="AUTOCOMMIT")
+    async with auto.connect() as conn:
+        await conn.execute(text("SELECT 1"))
+        with pytest.raises(aioqueue.NotInTransactionError, match="AUTOCOMMIT"):
+            await charge.options(conn=conn).enqueue(amount=1)
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+
+
+# -- 2. psycopg -------------------------------------------------------------------------------
+
+
+async def test_psycopg_async_commit_and_rollback(
+    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection, listener: Listener
+) -> None:
+    charge = _register(q)
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        job = await charge.options(conn=conn).enqueue(amount=1)  # psycopg begins the transaction
+        await charge.options(conn=conn).enqueue_many([{"amount": 2}])
+        assert await listener.settled() == []  # NOTIFY waits for the commit
+        await conn.commit()
+        assert await listener.settled() == ["mail"]
+        await charge.options(conn=conn).enqueue(amount=3)
+        await conn.rollback()
+    assert await listener.settled() == ["mail"]
+    assert await db.fetchval("SELECT min(id) FROM aioqueue.jobs") == job
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 2
+
+
+def test_psycopg_sync_commit_and_rollback(q: aioqueue.Queue, dsn: str) -> None:
+    charge = _register(q)
+    with psycopg.connect(dsn) as conn:
+        with conn.transaction():
+            conn.execute("CREATE TABLE orders (id int)")
+            conn.execute("INSERT INTO orders VALUES (1)")
+            job = charge.options(conn=conn).enqueue_sync(amount=1)
+            ids = charge.options(conn=conn, delay=5).enqueue_many_sync([{"amount": 2}, {"amount": 3, "note": "x"}])
+        def order_then_fail() -> None:
+            with conn.transaction():
+                charge.options(conn=conn).enqueue_sync(amount=4)
+                raise RuntimeError("declined")
+
+        with pytest.raises(RuntimeError):
+            order_then_fail()
+        rows = conn.execute("SELECT id, args->>'amount' FROM aioqueue.jobs ORDER BY id").fetchall()
+        assert rows == [(job, "1"), (ids[0], "2"), (ids[1], "3")]
+        with pytest.raises(aioqueue.JobArgumentsError, match=r"'billing.charge'.*'amount'"):
+            charge.options(conn=conn).enqueue_sync(amonut=1)
+    auto = psycopg.connect(dsn, autocommit=True)
+    try:
+        with pytest.raises(aioqueue.NotInTransactionError, match=r"with conn.transaction\(\)"):
+            charge.options(conn=auto).enqueue_sync(amount=1)
+        assert auto.execute("SELECT count(*) FROM aioqueue.jobs").fetchone() == (3,)
+    finally:
+        auto.close()
+
+
+# -- 3. Django --------------------------------------------------------------------------------
+
+
+def test_django_atomic_commit_and_rollback(q: aioqueue.Queue, django_db: str) -> None:
+    from django.db import models, transaction
+
+    connection = _django_connection(django_db)
+    charge = _register(q)
+
+    class Order(models.Model):
+        item: models.CharField[str, str] = models.CharField(max_length=50)
+
+        class Meta:
+            app_label = "aioqueue_tests"
+
+    with connection.schema_editor() as editor:
+        editor.create_model(Order)
+    with transaction.atomic():
+        order = Order.objects.create(item="widget")
+        job = charge.options(conn=connection).enqueue_sync(amount=order.pk)
+        charge.options(conn=connection).enqueue_many_sync([{"amount": 2}])
+    def order_then_fail() -> None:
+        with transaction.atomic():
+            Order.objects.create(item="gadget")
+            charge.options(conn=connection).enqueue_sync(amount=3)
+            raise RuntimeError("declined")
+
+    with pytest.raises(RuntimeError):
+        order_then_fail()
+    with pytest.raises(aioqueue.NotInTransactionError, match=r"transaction.atomic\(\)"):
+        charge.options(conn=connection).enqueue_sync(amount=4)
+    assert Order.objects.count() == 1
+    with connection.cursor() as cur:
+        cur.execute("SELECT id, args->>'amount' FROM aioqueue.jobs ORDER BY id")
+        rows = cur.fetchall()
+    assert rows[0] == (job, str(order.pk)) and len(rows) == 2
+
+
+# -- 4. By name -------------------------------------------------------------------------------
+
+
+async def test_by_name_runs_where_the_handler_lives_and_bad_arguments_go_dead(
+    dsn: str, db: asyncpg.Connection
+) -> None:
+    charged: list[int] = []
+    async with aioqueue.Queue(dsn) as producer, aioqueue.Queue(dsn) as service:
+
+        @service.task(name="billing.charge", queue="billing")
+        async def charge(amount: int) -> None:
+            charged.append(amount)
+
+        assert producer.tasks == {}  # the producer has none of the handler's code
+        good = await producer.enqueue_by_name("billing.charge", {"amount": 5}, queue="billing", priority=3)
+        bad = await producer.enqueue_by_name("billing.charge", {"amonut": 6}, queue="billing", max_attempts=5)
+        many = await producer.enqueue_many_by_name("billing.charge", [{"amount": 7}, {"amount": 8}], queue="billing")
+        keyed = await producer.enqueue_by_name("billing.charge", {"amount": 9}, queue="billing", key="inv-9", delay=0)
+        assert await producer.enqueue_by_name("billing.charge", {"amount": 10}, queue="billing", key="inv-9") == keyed
+        async with db.transaction():
+            await producer.by_name("billing.charge").options(conn=db, queue="billing").enqueue(amount=11)
+        stats = await service.worker().run_until_empty()
+        assert sorted(charged) == [5, 7, 8, 9, 11] and stats.dead == 1 and stats.retried == 0
+        info = await service.get_job(bad)
+        assert info is not None and info.status == "dead" and info.attempts == 1
+        assert info.last_error == "TypeError: task 'billing.charge': got an unexpected keyword argument 'amonut'"
+        assert await service.get_job(good) is None and len(many) == 2
+
+        with pytest.raises(aioqueue.JobArgumentsError, match="must be a JSON object"):
+            await producer.enqueue_by_name("billing.charge", [1, 2])  # type: ignore[arg-type]
+        with pytest.raises(aioqueue.JobArgumentsError, match=r"argument 'when' is of type datetime"):
+            await producer.enqueue_by_name("billing.charge", {"when": datetime.datetime.now()})
+        with pytest.raises(aioqueue.PayloadTooLargeError, match=r"'billing\.charge'"):
+            await producer.enqueue_by_name("billing.charge", {"blob": "x" * (1024 * 1024)})
+        with pytest.raises(aioqueue.ConfigurationError, match="task name"):
+            await producer.enqueue_by_name("", {})
+        with pytest.raises(aioqueue.ConfigurationError, match="priority"):
+            await producer.enqueue_by_name("billing.charge", {}, priority=2**40)
+        # Where the task is registered, by-name checks the signature at once.
+        with pytest.raises(aioqueue.JobArgumentsError, match=r"'billing\.charge': missing a required argument"):
+            await service.enqueue_by_name("billing.charge", {"amonut": 1})
+
+
+# -- 5. SQL -----------------------------------------------------------------------------------
+
+
+async def test_trigger_on_orders_enqueues_a_job_a_worker_runs(
+    q: aioqueue.Queue, db: asyncpg.Connection, listener: Listener
+) -> None:
+    shipped: list[int] = []
+
+    @q.task(queue="shipping")
+    async def ship_order(order_id: int) -> None:
+        shipped.append(order_id)
+
+    await db.execute(
+        """
+        CREATE TABLE orders (id int PRIMARY KEY, item text NOT NULL);
+        CREATE FUNCTION orders_enqueue_shipping() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM aioqueue.add_job('ship_order', jsonb_build_object('order_id', NEW.id), queue => 'shipping');
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER orders_shipping AFTER INSERT ON orders
+            FOR EACH ROW EXECUTE FUNCTION orders_enqueue_shipping();
+        """
+    )
+    await db.execute("INSERT INTO orders VALUES (1, 'widget'), (2, 'gadget')")
+    async def failing_order() -> None:
+        async with db.transaction():
+            await db.execute("INSERT INTO orders VALUES (3, 'x')")
+            await db.execute("INSERT INTO orders VALUES (3, 'x')")  # the order fails: so does its job
+
+    with pytest.raises(asyncpg.UniqueViolationError):
+        await failing_order()
+    assert await listener.settled() == ["shipping"]  # one statement, one transaction, one wake-up
+    stats = await q.worker().run_until_empty()
+    assert sorted(shipped) == [1, 2] and stats.succeeded == 2
+
+
+async def test_sql_functions_check_their_inputs(db: asyncpg.Connection) -> None:
+    bad = {
+        "SELECT aioqueue.add_job('')": "task must be a name of 1 to 255 characters, got ''",
+        "SELECT aioqueue.add_job(NULL)": "task must be a name of 1 to 255 characters, got NULL",
+        "SELECT aioqueue.add_job(repeat('t', 256))": r"task must be .* \(256 characters\)",
+        "SELECT aioqueue.add_job('t', queue => '')": "queue must be a name of 1 to 255 characters",
+        "SELECT aioqueue.add_job('t', '[1]')": "args of task 't' must be a JSON object of keyword arguments, got array",
+        "SELECT aioqueue.add_job('t', 'null')": "must be a JSON object of keyword arguments, got null",
+        "SELECT aioqueue.add_job('t', jsonb_build_object('x', repeat('a', 1048576)))":
+            "args of task 't' are 1048585 bytes as JSON, over the limit of 1048576",
+        "SELECT aioqueue.add_job('t', delay_seconds => -1)": "delay_seconds must be 0 to ten years",
+        "SELECT aioqueue.add_job('t', delay_seconds => 'NaN')": "delay_seconds must be 0 to ten years",
+        "SELECT aioqueue.add_job('t', max_attempts => 0)": "max_attempts must be an int from 1 to 10000",
+        "SELECT aioqueue.add_job('t', run_at => 'infinity')": "run_at must be a finite time",
+        "SELECT aioqueue.add_job('t', dedup_key => '')": "dedup_key must be 1 to 1000 characters",
+        "SELECT aioqueue.add_jobs('{}')": "jobs must be a JSON array of job objects, got object",
+        "SELECT aioqueue.add_jobs('[1]')": "each job must be a JSON object, got number",
+        """SELECT aioqueue.add_jobs('[{"task": "t", "quee": "x"}]')""": "unknown key 'quee'",
+        """SELECT aioqueue.add_jobs('[{"queue": "x"}]')""": "task must be a name",
+    }
+    for sql, message in bad.items():
+        with pytest.raises(asyncpg.InvalidParameterValueError, match=message):
+            await db.fetch(sql)
+    with pytest.raises(asyncpg.UntranslatableCharacterError):  # NUL never reaches the function
+        await db.fetch("SELECT aioqueue.add_job('t', '{\"a\": \"\\u0000\"}')")
+    # A caller's text is a value, never SQL.
+    hostile = "x'); DROP TABLE aioqueue.jobs; --"
+    job_id = await db.fetchval("SELECT aioqueue.add_job($1, jsonb_build_object('s', $1::text), $1)", hostile)
+    assert await db.fetchval("SELECT task FROM aioqueue.jobs WHERE id = $1", job_id) == hostile
+    ids = await db.fetchval(
+        """SELECT array_agg(i) FROM aioqueue.add_jobs('[{"task": "a", "dedup_key": "k"}, {"task": "b"},
+           {"task": "a", "dedup_key": "k"}]') AS i"""
+    )
+    assert ids[0] == ids[2] != ids[1]
+
+
+# -- 6. conn= means "in my transaction" -------------------------------------------------------
+
+
+async def test_conn_outside_a_transaction_or_of_an_unknown_kind_is_refused(
+    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection
+) -> None:
+    charge = _register(q)
+    with pytest.raises(aioqueue.NotInTransactionError, match=r"async with conn.transaction\(\)"):
+        await charge.options(conn=db).enqueue(amount=1)
+    with pytest.raises(aioqueue.NotInTransactionError):
+        await charge.enqueue_many([{"amount": 1}], conn=db)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as auto:
+        with pytest.raises(aioqueue.NotInTransactionError, match="autocommit"):
+            await charge.options(conn=auto).enqueue(amount=1)
+        async with auto.transaction():  # an explicit transaction is fine
+            await charge.options(conn=auto).enqueue(amount=1)
+    for wrong in ("postgresql://x", 5, q, object(), q.database):
+        with pytest.raises(aioqueue.ConfigurationError, match=r"conn must be an asyncpg\.Connection") as caught:
+            charge.options(conn=wrong)  # type: ignore[arg-type]
+        for kind in ("SQLAlchemy AsyncSession or AsyncConnection", "psycopg 3", "Django"):
+            assert kind in str(caught.value)
+    # Sync calls need a sync connection, async calls an async one.
+    async with db.transaction():
+        with pytest.raises(aioqueue.ConfigurationError, match="use `await enqueue\\(\\)` instead"):
+            charge.options(conn=db).enqueue_sync(amount=1)
+        with pytest.raises(aioqueue.ConfigurationError, match="got no conn"):
+            charge.options().enqueue_many_sync([{"amount": 1}])
+    with psycopg.connect(dsn) as sync_conn, pytest.raises(aioqueue.ConfigurationError, match=r"use enqueue_sync\(\)"):
+        await charge.options(conn=sync_conn).enqueue(amount=1)
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 1
+
+
+# -- 7. One definition of a job ---------------------------------------------------------------
+
+
+async def test_every_path_writes_the_same_row_and_notification(
+    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection, engine: AsyncEngine, listener: Listener, django_db: str
+) -> None:
+    charge = _register(q)
+    args = {"amount": 5, "note": "é ☃"}
+    opts: dict[str, Any] = {"queue": "mail", "priority": 7, "delay": 30.5, "run_at": RUN_AT, "max_attempts": 3}
+    paths: list[str] = []
+
+    async def via(name: str) -> None:
+        paths.append(name)
+        assert len(await listener.settled()) == len(paths), f"{name}: one NOTIFY at commit"
+        assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == len(paths), name
+
+    await charge.options(**opts).enqueue(**args)
+    await via("pool")
+    async with db.transaction():
+        await charge.options(conn=db, **opts).enqueue(**args)
+    await via("asyncpg")
+    async with AsyncSession(engine) as session, session.begin():
+        await charge.options(conn=session, **opts).enqueue(**args)
+    await via("sqlalchemy")
+    async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+        await charge.options(conn=aconn, **opts).enqueue(**args)
+        await aconn.commit()
+    await via("psycopg async")
+
+    def sync_paths() -> None:
+        with psycopg.connect(dsn) as conn:
+            charge.options(conn=conn, **opts).enqueue_sync(**args)
+        from django.db import transaction
+
+        connection = _django_connection(django_db)
+        with transaction.atomic():
+            q.by_name("billing.charge").options(conn=connection, **opts).enqueue_sync(**args)
+        connection.close()
+
+    await anyio.to_thread.run_sync(sync_paths)
+    paths.append("psycopg sync")
+    await via("django")
+    async with aioqueue.Queue(dsn) as producer:  # by name, without the handler
+        await producer.enqueue_by_name("billing.charge", args, **opts)
+        assert producer.by_name("billing.charge").defaults == q.by_name("nothing").defaults
+    await via("by name")
+    await db.execute(
+        "SELECT aioqueue.add_job('billing.charge', $1::jsonb, 'mail', 7, $2, 30.5, 3)", json.dumps(args), RUN_AT
+    )
+    await via("sql")
+    rows = await _jobs(db)
+    assert len(rows) == len(paths) == 8
+    assert all(row == rows[0] for row in rows), dict(zip(paths, rows, strict=True))
+    assert rows[0][5] == RUN_AT + datetime.timedelta(seconds=30.5)
+
+
+async def test_every_path_shares_the_dedup_key_and_the_defaults(
+    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection, engine: AsyncEngine
+) -> None:
+    charge = _register(q)
+    first = await charge.options(key="inv-1").enqueue(amount=1)
+    async with AsyncSession(engine) as session, session.begin():
+        assert await charge.options(conn=session, key="inv-1").enqueue(amount=2) == first
+    async with await psycopg.AsyncConnection.connect(dsn) as aconn, aconn.transaction():
+        assert await charge.options(conn=aconn, key="inv-1").enqueue(amount=3) == first
+    with psycopg.connect(dsn) as conn:
+        assert charge.options(conn=conn, key="inv-1").enqueue_sync(amount=4) == first
+    assert await q.enqueue_by_name("billing.charge", {"amount": 5}, key="inv-1") == first
+    assert await db.fetchval("SELECT aioqueue.add_job('billing.charge', dedup_key => 'inv-1')") == first
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 1
+    # Defaults: an unregistered name, the SQL function and a bare @q.task agree.
+    async with aioqueue.Queue(dsn) as producer:
+
+        @q.task
+        async def plain(n: int = 0) -> None:
+            pass
+
+        await producer.enqueue_by_name("plain")
+        await plain.enqueue()
+        await db.execute("SELECT aioqueue.add_job('plain')")
+    rows = [r[:-2] for r in await _jobs(db)][1:]
+    stripped = [(r[0], r[1], r[2], r[3], r[4], r[6], r[7], r[8]) for r in rows]
+    assert stripped == [("default", "plain", "{}", "pending", 0, 0, 5, None)] * 3
+
+
+
+# -- 9. The examples ----------------------------------------------------------------------------
+
+
+async def test_fastapi_sqlalchemy_example_commits_order_and_job_together(
+    dsn: str, db: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import httpx
+
+    from .helpers import eventually
+    from .test_integrations import asgi_lifespan, assert_one_job_ever, load_example
+
+    example = load_example("fastapi_sqlalchemy", dsn, monkeypatch)
+    transport = httpx.ASGITransport(app=example.app)
+    async with asgi_lifespan(example.app), httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        created = await http.post("/orders", json={"item": "widget", "quantity": 3})
+        assert created.status_code == 201, created.text
+        order_id = created.json()["order_id"]
+
+        async def confirmed() -> bool:
+            return bool((await http.get(f"/orders/{order_id}")).json()["confirmed"])
+
+        await eventually(confirmed, what="the worker to confirm the order")
+        refused = await http.post("/orders", json={"item": "widget", "quantity": 1000})
+        assert refused.status_code == 409, refused.text
+        assert await db.fetchval("SELECT count(*) FROM sa_orders") == 1
+        assert await db.fetchval("SELECT available FROM sa_stock") == 97
+        await assert_one_job_ever(db)
+
+
+async def test_django_example_runs(dsn: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from .test_integrations import EXAMPLES
+
+    script = EXAMPLES / "django_app.py"
+    done = await anyio.run_process(
+        [sys.executable, str(script), "demo"], env={**os.environ, "AIOQUEUE_DSN": dsn},
+        stderr=subprocess.STDOUT, check=False,
+    )
+    output = done.stdout.decode()
+    assert done.returncode == 0, output
+    assert "jobs run: 1" in output and "confirmed: True" in output, output
+
+
+async def test_missing_schema_through_psycopg_says_run_migrate(empty_dsn: str) -> None:
+    async with aioqueue.Queue(empty_dsn) as q:
+        charge = _register(q)
+        async with await psycopg.AsyncConnection.connect(empty_dsn) as conn:
+            with pytest.raises(aioqueue.SchemaNotReadyError, match="run `aioqueue migrate`"):
+                await charge.options(conn=conn).enqueue(amount=1)
