@@ -478,18 +478,29 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: s
 async def _status(args: argparse.Namespace) -> int:
     async with _admin_queue(args) as queue:
         rows = await queue.status()
+        workers = await queue.admin.list_workers()
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
     if not rows:
         print("no jobs in any queue")
-        return EXIT_OK
-    cells = [
-        [format_age(r[key]) if key == "oldest_ready_age" else str(r[key]) for key, _ in _STATUS_COLUMNS]
-        for r in rows
-    ]
-    print(format_table([title for _, title in _STATUS_COLUMNS], cells, "lrrrrrrr"))
+    else:
+        cells = [
+            [format_age(r[key]) if key == "oldest_ready_age" else str(r[key]) for key, _ in _STATUS_COLUMNS]
+            for r in rows
+        ]
+        print(format_table([title for _, title in _STATUS_COLUMNS], cells, "lrrrrrrr"))
+    print(_workers_table(workers) if workers else "no live workers")
     return EXIT_OK
+
+
+def _workers_table(workers: Sequence[dict[str, Any]]) -> str:
+    rows = [
+        [w["name"], w["host"], str(w["pid"]), ",".join(w["queues"]), f"{w['running']}/{w['concurrency']}",
+         w["version"], w["started_at"].strftime("%Y-%m-%d %H:%M:%S")]
+        for w in workers
+    ]
+    return format_table(["WORKER", "HOST", "PID", "QUEUES", "RUNNING", "VERSION", "STARTED (UTC)"], rows, "lllrrll")
 
 
 # -- dead ---------------------------------------------------------------------------------------
