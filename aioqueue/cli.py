@@ -195,6 +195,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("ids", nargs="*", type=_job_id, metavar="ID", help="dead job ids")
         p.add_argument("--all", action="store_true", help="every dead job (of --queue, if given)")
         p.add_argument("--queue", default=None, help="the dead jobs of this queue")
+    board = commands.add_parser(
+        "dashboard", parents=[common], help="serve the web dashboard (needs aioqueue[dashboard])",
+        description="Serve the web dashboard with uvicorn. Credentials come from "
+        "AIOQUEUE_DASHBOARD_USER and AIOQUEUE_DASHBOARD_PASSWORD; without them it serves only a "
+        "loopback address.",
+    )
+    board.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
+    board.add_argument("--port", type=_port, default=8080, help="port to serve on (default: 8080)")
+    board.add_argument("--app", default=None, metavar="MODULE:ATTR",
+                       help="your Queue, to show its periodic schedules and registered queues")
+    board.add_argument("--read-only", action="store_true", help="show everything, allow no action")
     return parser
 
 
@@ -245,6 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "worker":
             return run_worker_command(args)
+        if args.command == "dashboard":
+            return run_dashboard_command(args)
         command = {"migrate": _migrate, "status": _status, "dead": _dead}[args.command]
         return run_async(command, args)
     except KeyboardInterrupt:
@@ -409,6 +422,37 @@ def _serve_metrics(queue: Queue, args: argparse.Namespace) -> PrometheusMetrics 
         raise UsageError(f"cannot serve metrics on {args.metrics_addr}:{args.metrics_port}: {exc}") from None
     logger.info("serving Prometheus metrics at http://%s:%d/metrics", args.metrics_addr, args.metrics_port)
     return metrics
+
+
+# -- dashboard ----------------------------------------------------------------------------------
+
+
+def run_dashboard_command(args: argparse.Namespace) -> int:
+    """``aioqueue dashboard``: serve the dashboard with uvicorn until interrupted."""
+    try:
+        import uvicorn
+
+        from .dashboard import create_app
+        from .dashboard.security import PASSWORD_ENV, USER_ENV, is_loopback
+    except ImportError as exc:
+        raise UsageError(f"the dashboard needs its extra: pip install 'aioqueue[dashboard]' ({exc})") from None
+    if args.app is not None:
+        queue = load_queue(args.app)
+        if getattr(args, "dsn", None) or queue.dsn is None:
+            queue.dsn = resolve_dsn(args)
+    else:
+        queue = Queue(resolve_dsn(args), schema=_schema(args), pool_min_size=1, pool_max_size=4)
+    app = create_app(queue, read_only=args.read_only)
+    if not app.state.dashboard.protected and not is_loopback(args.host):
+        raise UsageError(
+            f"refusing to serve the dashboard on {args.host}, a non-loopback address, without "
+            f"authentication: set {USER_ENV} and {PASSWORD_ENV}, or serve on 127.0.0.1 "
+            "(or mount create_app(queue, auth=...) in your own application)"
+        )
+    run_async(_check_schema, queue)
+    logger.warning("serving the aioqueue dashboard at http://%s:%d/", args.host, args.port)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return EXIT_OK
 
 
 # -- migrate ------------------------------------------------------------------------------------
