@@ -5,10 +5,12 @@ request carries reaches SQL text: every value is a parameter of Admin's named st
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
 import math
+from collections.abc import AsyncIterator
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -79,6 +81,7 @@ class Dashboard:
         self.bulk_batch = bulk_batch
         self.count_bound = count_bound
         self._opening = anyio.Lock()
+        self._opened = False
         self.templates = jinja2.Environment(
             loader=jinja2.PackageLoader("aioqueue.dashboard", "templates"),
             autoescape=True,
@@ -116,6 +119,13 @@ class Dashboard:
             async with self._opening:
                 if not self.queue.database.is_open:
                     await self.queue.open()
+                    self._opened = True
+
+    async def close(self) -> None:
+        """Close the queue if the dashboard opened it (when the app's lifespan ends)."""
+        if self._opened:
+            self._opened = False
+            await self.queue.close()
 
     def can(self, action: str) -> bool:
         return not self.read_only
@@ -387,7 +397,16 @@ def create_app(
         count_bound=count_bound,
     )
     static = StaticFiles(directory=str(resources.files("aioqueue.dashboard").joinpath("static")))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await dashboard.close()
+
     app = Starlette(
+        lifespan=lifespan,
         routes=[
             Route("/", dashboard.queues_page, name="queues"),
             Route("/jobs", dashboard.jobs_page, name="jobs"),
