@@ -180,12 +180,13 @@ class Admin:
     async def queue_overview(self, queues: Iterable[str] = (), *, bound: int = 10_000) -> list[dict[str, Any]]:
         """Per queue (every queue with jobs, settings or recent throughput, and ``queues``):
         ready, scheduled, running and dead counts, each counted up to ``bound`` (a count equal
-        to ``bound`` means at least that many), ``head_wait`` (seconds the next job to be
-        claimed has waited), ``paused`` and the limits. Costs at most ``bound`` index entries
-        per count, however deep the backlog."""
+        to ``bound`` means at least that many), ``oldest_ready_age`` (seconds the oldest ready
+        job has waited), ``paused`` and the limits. Costs at most ``bound`` index entries per
+        count (per priority for ready and scheduled), however deep the backlog."""
         names = [check_name("queue name", q) for q in queues]
         check_limit("bound", bound, 1, 10_000_000)
-        async with self.db.connection() as conn:
+        async with self.db.connection() as conn, conn.transaction():
+            await conn.execute(self.db.queries.without_jit)
             rows = await conn.fetch(self.db.queries.queue_overview, names, bound)
         return [dict(r) for r in rows]
 

@@ -71,6 +71,7 @@ class Queries:
     unregister_worker: str
     list_workers: str
     list_periodic: str
+    without_jit: str
     queue_overview: str
     queue_throughput: str
     list_jobs: str

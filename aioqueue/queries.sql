@@ -516,11 +516,21 @@ ORDER BY w.started_at, w.name;
 -- Every periodic task's newest enqueued slot.
 SELECT p.name, p.last_slot, p.updated_at FROM {schema}.periodic AS p ORDER BY p.name;
 
+-- name: without_jit
+-- For the rest of the transaction, no JIT compilation: a statement that reads a bounded number
+-- of index entries can still be estimated (for want of statistics on tiny tables and recursive
+-- CTEs) to cost enough to be compiled, and compiling takes far longer than running it.
+SET LOCAL jit = off;
+
 -- name: queue_overview
 -- The dashboard's queues page: every queue that has jobs, settings or recent throughput (and
--- the queues $1), with counts bounded at $2 so that a deep backlog costs $2 index entries at
--- most, never a scan. The queues with jobs come from a skip scan of jobs_list_queue_idx (one
--- probe per queue). head_wait: how long the job the claim takes next has waited.
+-- the queues $1), with counts bounded at $2 so that a deep backlog costs a bounded number of
+-- index entries, never a scan. The queues with jobs come from a skip scan of
+-- jobs_list_queue_idx (one probe per queue); each queue's pending priorities from a skip scan
+-- of jobs_ready_idx, so that ready (run_at <= now) and scheduled are range reads of that index
+-- per priority, and the oldest ready job is the first entry of a priority. Each bounded count
+-- is ordered as its index is, so that no plan prefers a scan that a LIMIT would cut short only
+-- when rows match early (a count of none would read the whole table).
 WITH RECURSIVE listed(queue) AS (
     (SELECT j.queue FROM {schema}.jobs AS j WHERE j.status <> 'running' ORDER BY j.queue LIMIT 1)
     UNION ALL
@@ -536,24 +546,59 @@ names AS (
     UNION SELECT s.name FROM {schema}.queues AS s
     UNION SELECT st.queue FROM {schema}.queue_stats AS st
     UNION SELECT k.queue FROM unnest($1::text[]) AS k(queue)
+),
+pending AS (
+    SELECT n.queue,
+           least($2, sum(per.ready)) AS ready,
+           least($2, sum(per.scheduled)) AS scheduled,
+           min(per.oldest_ready) AS oldest_ready
+    FROM names AS n
+    CROSS JOIN LATERAL (
+        WITH RECURSIVE prio(priority) AS (
+            (SELECT j.priority FROM {schema}.jobs AS j
+             WHERE j.status = 'pending' AND j.queue = n.queue
+             ORDER BY j.priority DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.priority FROM {schema}.jobs AS j
+                    WHERE j.status = 'pending' AND j.queue = n.queue AND j.priority < p.priority
+                    ORDER BY j.priority DESC LIMIT 1)
+            FROM prio AS p
+            WHERE p.priority IS NOT NULL
+        )
+        SELECT
+            (SELECT count(*) FROM (
+                SELECT FROM {schema}.jobs AS j
+                WHERE j.status = 'pending' AND j.queue = n.queue AND j.priority = p.priority
+                  AND j.run_at <= now()
+                ORDER BY j.run_at
+                LIMIT $2) AS x) AS ready,
+            (SELECT count(*) FROM (
+                SELECT FROM {schema}.jobs AS j
+                WHERE j.status = 'pending' AND j.queue = n.queue AND j.priority = p.priority
+                  AND j.run_at > now()
+                ORDER BY j.run_at
+                LIMIT $2) AS x) AS scheduled,
+            (SELECT j.run_at FROM {schema}.jobs AS j
+             WHERE j.status = 'pending' AND j.queue = n.queue AND j.priority = p.priority
+               AND j.run_at <= now()
+             ORDER BY j.priority DESC, j.run_at
+             LIMIT 1) AS oldest_ready
+        FROM prio AS p
+        WHERE p.priority IS NOT NULL
+    ) AS per
+    GROUP BY n.queue
 )
 SELECT n.queue,
-       (SELECT count(*) FROM (
-           SELECT FROM {schema}.jobs AS j
-           WHERE j.status = 'pending' AND j.queue = n.queue AND j.run_at <= now() LIMIT $2) AS x) AS ready,
-       (SELECT count(*) FROM (
-           SELECT FROM {schema}.jobs AS j
-           WHERE j.status = 'pending' AND j.queue = n.queue AND j.run_at > now() LIMIT $2) AS x) AS scheduled,
+       coalesce(p.ready, 0) AS ready,
+       coalesce(p.scheduled, 0) AS scheduled,
        (SELECT count(*) FROM {schema}.jobs AS r WHERE r.status = 'running' AND r.queue = n.queue) AS running,
        (SELECT count(*) FROM (
-           SELECT FROM {schema}.jobs AS d WHERE d.status = 'dead' AND d.queue = n.queue LIMIT $2) AS x) AS dead,
-       (SELECT extract(epoch FROM now() - h.run_at)::float8
-        FROM {schema}.jobs AS h
-        WHERE h.status = 'pending' AND h.queue = n.queue AND h.run_at <= now()
-        ORDER BY h.priority DESC, h.run_at, h.id
-        LIMIT 1) AS head_wait,
+           SELECT FROM {schema}.jobs AS d WHERE d.status = 'dead' AND d.queue = n.queue
+           ORDER BY d.id LIMIT $2) AS x) AS dead,
+       extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
        coalesce(s.paused, false) AS paused, s.concurrency_limit, s.rate_limit, s.rate_period
 FROM names AS n
+LEFT JOIN pending AS p ON p.queue = n.queue
 LEFT JOIN {schema}.queues AS s ON s.name = n.queue
 ORDER BY n.queue;
 

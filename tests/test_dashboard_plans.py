@@ -22,17 +22,18 @@ BIG = ("jobs", "jobs_done")
 
 async def fill(db: asyncpg.Connection, pending: int, archived: int) -> dict[str, int]:
     """Pending jobs over two queues and tasks, dead and running ones, an archive; analysed."""
+    # Dead and running jobs are older than the backlog behind them, as a claim takes the oldest.
+    await db.execute(
+        "INSERT INTO aioqueue.jobs (queue, task, args, status, attempts, locked_by, lease_expires_at) "
+        "SELECT 'bulk', 'odd', '{}', 'running', 1, 'w1', now() + interval '5 minutes' FROM generate_series(1, 20)")
+    await db.execute(
+        "INSERT INTO aioqueue.jobs (queue, task, args, status, attempts, last_error) "
+        "SELECT 'bulk', 'odd', jsonb_build_object('n', g), 'dead', 5, 'boom' FROM generate_series(1, 2000) AS g")
     await db.execute(
         "INSERT INTO aioqueue.jobs (queue, task, args, run_at) "
         "SELECT CASE WHEN g % 10 = 0 THEN 'rare' ELSE 'bulk' END, CASE WHEN g % 2 = 0 THEN 'even' ELSE 'odd' END, "
         "jsonb_build_object('user', g % 1000, 'n', g), now() - interval '1 minute' + (g % 3) * interval '1 hour' "
         "FROM generate_series(1, $1) AS g", pending)
-    await db.execute(
-        "INSERT INTO aioqueue.jobs (queue, task, args, status, attempts, last_error) "
-        "SELECT 'bulk', 'odd', jsonb_build_object('n', g), 'dead', 5, 'boom' FROM generate_series(1, 2000) AS g")
-    await db.execute(
-        "INSERT INTO aioqueue.jobs (queue, task, args, status, attempts, locked_by, lease_expires_at) "
-        "SELECT 'bulk', 'odd', '{}', 'running', 1, 'w1', now() + interval '5 minutes' FROM generate_series(1, 20)")
     await db.execute(
         "INSERT INTO aioqueue.jobs_done (id, queue, task, args, status, priority, attempts, created_at) "
         "SELECT 10000000 + g, CASE WHEN g % 10 = 0 THEN 'rare' ELSE 'bulk' END, "
@@ -48,7 +49,8 @@ async def fill(db: asyncpg.Connection, pending: int, archived: int) -> dict[str,
 def assert_indexed_and_bounded(plan: dict[str, Any], bound: int, what: str) -> None:
     on_big = [s for s in scans(plan, executed=True) if s.relation in BIG]
     assert all(s.node_type != "Seq Scan" for s in on_big), (what, on_big)
-    read = sum(int(n.get("Actual Rows", 0)) * int(n.get("Actual Loops", 1))
+    # Rows a scan returned and rows it read and threw away: both cost.
+    read = sum((int(n.get("Actual Rows", 0)) + int(n.get("Rows Removed by Filter", 0))) * int(n.get("Actual Loops", 1))
                for n in nodes(plan) if n.get("Relation Name") in BIG and n["Node Type"] != "ModifyTable")
     assert read <= bound, (what, read, on_big)
 
@@ -87,7 +89,9 @@ async def test_dashboard_page_queries_read_indexes_and_bounded_rows(
     facts = await fill(db, pending, archived)
     for what, sql, params, bound in listings(facts["top"]):
         plan = await explain(db, sql, *params, analyze=True)
-        assert_indexed_and_bounded(plan, bound + PAGE, what)  # the candidates, then the page by key
+        # The candidates, then the page by key; a filter that matches half the rows may be
+        # applied while walking the primary key, which reads a few rows per match.
+        assert_indexed_and_bounded(plan, 3 * bound + PAGE, what)
         rows = await db.fetch(sql, *params)
         assert len([r for r in rows if r["id"] is not None]) > 0, what  # the case has rows to show
 
