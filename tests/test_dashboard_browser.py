@@ -1,11 +1,13 @@
 """The dashboard in a real browser: headless Chromium (Debian's chromium and chromium-driver)
 driven by selenium loads every page served by uvicorn against a real database with real jobs,
 retries a dead job, pauses a queue and sees the worker stop claiming it, and finds no console
-error. It saves the README's screenshots. A missing Chromium fails the test: it never skips."""
+error. It takes the README's screenshots (written to docs/ with AIOQUEUE_UPDATE_SCREENSHOTS=1).
+A missing Chromium fails the test: it never skips."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import tempfile
@@ -31,6 +33,8 @@ from .helpers import eventually, running
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
+#: Set to 1 to write the screenshots into docs/ for the README (otherwise into the test's tmp_path).
+UPDATE_SCREENSHOTS = os.environ.get("AIOQUEUE_UPDATE_SCREENSHOTS") == "1"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1280,860")
 WAIT = 15.0
@@ -98,7 +102,10 @@ def click(driver: webdriver.Chrome, css: str) -> None:
     wait(driver, attempt, f"a click on {css}")
 
 
-async def test_the_dashboard_in_chromium(q: aioqueue.Queue, dsn: str, db: asyncpg.Connection) -> None:
+async def test_the_dashboard_in_chromium(
+    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    shots = DOCS if UPDATE_SCREENSHOTS else tmp_path
     @q.task(queue="mail")
     async def send(to: str, subject: str = "") -> None:
         pass
@@ -128,8 +135,8 @@ async def test_the_dashboard_in_chromium(q: aioqueue.Queue, dsn: str, db: asyncp
         with serve(app) as base, chromium() as driver:
             driver.get(base + "/")
             wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"]'), "the queues table")
-            DOCS.mkdir(exist_ok=True)
-            driver.save_screenshot(str(DOCS / "dashboard-queues.png"))
+            shots.mkdir(exist_ok=True)
+            assert driver.save_screenshot(str(shots / "dashboard-queues.png"))
             for page, heading in [("/jobs", "Jobs"), ("/jobs?status=succeeded", "Jobs"), ("/dead", "Dead jobs"),
                                   ("/periodic", "Periodic schedules"), ("/workers", "Workers"),
                                   (f"/jobs/{dead_id}", f"Job {dead_id}")]:
@@ -142,7 +149,7 @@ async def test_the_dashboard_in_chromium(q: aioqueue.Queue, dsn: str, db: asyncp
             driver.get(base + f"/jobs/{dead_id}")
             error = driver.find_element(By.ID, "job-error").text
             assert 'ValueError: cannot build <<script>alert("q")</script>>' in error  # shown as text, not run
-            driver.save_screenshot(str(DOCS / "dashboard-job.png"))
+            assert driver.save_screenshot(str(shots / "dashboard-job.png"))
 
             # Retry the dead job with its button; the page comes back showing it pending.
             click(driver, 'button[data-action="retry"]')
