@@ -1,7 +1,9 @@
 """The operator's calls: look at jobs and queues, and steer them.
 
-``Admin`` answers status, job lookups and dead-job listings, retries and purges dead jobs,
-cancels jobs, pauses and resumes queues, sets their limits, reaps expired leases, and waits for
+``Admin`` answers status, job lookups and listings (keyset pages filtered by status, queue,
+task and arguments), dead-job listings, the live workers and the periodic schedules; it retries
+and purges dead jobs, cancels and deletes jobs (by id, or every job a filter matches, in bounded
+batches), pauses and resumes queues, sets their limits, reaps expired leases, and waits for
 results. The ``Queue`` methods of the same names, the ``aioqueue`` command and any other front
 end go through it, so every way in shares one code path. Each call is one short statement (or
 one short transaction); none runs a handler.
@@ -9,8 +11,12 @@ one short transaction); none runs a handler.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+import dataclasses
+import datetime
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
@@ -23,6 +29,48 @@ from .signal import Flag
 
 if TYPE_CHECKING:
     from .database import Database
+    from .periodic import Periodic
+
+logger = logging.getLogger("aioqueue.admin")
+
+#: The statuses a job listing can show: live (pending, running, dead) or archived.
+JobStatus = Literal["pending", "running", "dead", "succeeded", "cancelled"]
+JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "running", "dead", "succeeded", "cancelled")
+#: What a bulk action does to the jobs a filter matches.
+BulkAction = Literal["retry", "cancel", "delete"]
+#: Jobs succeeded per minute: (minute, count), oldest first.
+Series = list[tuple[datetime.datetime, int]]
+#: How many candidate rows a containment search reads per page, at most.
+ARGS_SCAN = 5000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs a listing or a bulk action covers: one status, optionally one queue, one task,
+    and arguments that contain ``args`` (a JSON object, as PostgreSQL's ``@>``)."""
+
+    status: JobStatus = "pending"
+    queue: str | None = None
+    task: str | None = None
+    args: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in JOB_STATUSES:
+            raise ConfigurationError(f"status must be one of {', '.join(JOB_STATUSES)}; got {self.status!r}")
+        if self.queue is not None:
+            check_name("queue name", self.queue)
+        if self.task is not None:
+            check_name("task name", self.task)
+        if self.args is not None and not isinstance(self.args, dict):
+            raise ConfigurationError(f"args must be a JSON object (a dict), got {self.args!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of a job listing, and the keyset to pass as ``before`` for the next (None: last)."""
+
+    jobs: list[dict[str, Any]]
+    next_before: int | None
 
 
 class Admin:
@@ -61,6 +109,99 @@ class Admin:
             rows = await conn.fetch(self.db.queries.queue_settings)
         return [dict(r) for r in rows]
 
+    async def list_jobs(self, where: JobFilter, *, before: int | None = None, limit: int = 50) -> JobPage:
+        """Return a page of jobs matching ``where``, newest first, with ids below ``before``.
+
+        Pages by keyset (the id), never by offset. With an ``args`` filter a page reads at most
+        a few thousand candidate rows, so a page may hold fewer than ``limit`` jobs and still
+        have a next one.
+        """
+        check_limit("limit", limit, 1, 1000)
+        if before is not None:
+            before = check_job_id(before)
+        scan = limit if where.args is None else max(limit, ARGS_SCAN)
+        statement = {
+            "running": self.db.queries.list_running_jobs,
+            "succeeded": self.db.queries.list_archived_jobs,
+            "cancelled": self.db.queries.list_archived_jobs,
+        }.get(where.status, self.db.queries.list_jobs)
+        args = None if where.args is None else json.dumps(where.args)
+        async with self.db.connection() as conn:
+            rows = await conn.fetch(statement, where.status, where.queue, where.task, before, args, scan, limit)
+        jobs = [_listed(r) for r in rows if r["id"] is not None]
+        scanned, scanned_to = (rows[0]["scanned"], rows[0]["scanned_to"]) if rows else (0, None)
+        if len(jobs) == limit:
+            next_before: int | None = jobs[-1]["id"]
+        elif scanned == scan and scanned_to is not None:
+            next_before = int(scanned_to)  # a sparse search: go on from where this read stopped
+        else:
+            next_before = None
+        return JobPage(jobs, next_before)
+
+    async def job_detail(self, job_id: int) -> dict[str, Any] | None:
+        """Return everything stored about a job, live or archived: ``get_job``'s fields plus its
+        lease (``lease_expires_at``, ``locked_at``), the worker that holds it (``locked_by``) and
+        ``cancel_requested``; None when it is gone."""
+        async with self.db.connection() as conn:
+            row = await conn.fetchrow(self.db.queries.get_job_detail, check_job_id(job_id))
+        if row is None:
+            return None
+        detail = dict(row)
+        detail["args"] = json.loads(row["args"])
+        detail["result"] = None if row["result"] is None else json.loads(row["result"])
+        return detail
+
+    async def list_workers(self, *, expiry: float | None = None) -> list[dict[str, Any]]:
+        """Return the live workers (seen within ``expiry`` seconds; default: three registry
+        intervals), oldest first, each with the number of jobs it runs (``running``)."""
+        from .registry import DEFAULT_INTERVAL, EXPIRY_INTERVALS
+
+        seconds = DEFAULT_INTERVAL * EXPIRY_INTERVALS if expiry is None else expiry
+        async with self.db.connection() as conn:
+            rows = await conn.fetch(self.db.queries.list_workers, float(seconds))
+        return [dict(r) for r in rows]
+
+    async def periodic_schedules(self, periodics: Mapping[str, Periodic] | None = None) -> list[dict[str, Any]]:
+        """Every periodic task: ``name``, its newest enqueued slot (``last_slot``), and, for the
+        schedules in ``periodics`` (a Queue's ``periodics``), ``schedule`` and ``next_slot``."""
+        known = dict(periodics or {})
+        async with self.db.connection() as conn:
+            rows = {r["name"]: dict(r) for r in await conn.fetch(self.db.queries.list_periodic)}
+            now: datetime.datetime = await conn.fetchval(self.db.queries.database_now)
+        out = []
+        for name in sorted(set(rows) | set(known)):
+            row = rows.get(name, {"name": name, "last_slot": None, "updated_at": None})
+            p = known.get(name)
+            row["schedule"] = None if p is None else (p.cron or f"every {p.every:g}s")
+            row["next_slot"] = None if p is None else p.next_slot(now)
+            out.append(row)
+        return out
+
+    async def queue_overview(self, queues: Iterable[str] = (), *, bound: int = 10_000) -> list[dict[str, Any]]:
+        """Per queue (every queue with jobs, settings or recent throughput, and ``queues``):
+        ready, scheduled, running and dead counts, each counted up to ``bound`` (a count equal
+        to ``bound`` means at least that many), ``oldest_ready_age`` (seconds the oldest ready
+        job has waited), ``paused`` and the limits. Costs at most ``bound`` index entries per
+        count (per priority for ready and scheduled), however deep the backlog."""
+        names = [check_name("queue name", q) for q in queues]
+        check_limit("bound", bound, 1, 10_000_000)
+        async with self.db.connection() as conn, conn.transaction():
+            await conn.execute(self.db.queries.without_jit)
+            rows = await conn.fetch(self.db.queries.queue_overview, names, bound)
+        return [dict(r) for r in rows]
+
+    async def throughput(self, minutes: int = 60) -> tuple[datetime.datetime, dict[str, Series]]:
+        """Return the database's clock and, per queue, jobs succeeded per minute over the last
+        ``minutes`` (1 to 60: counters are kept for an hour); minutes with none are left out."""
+        check_limit("minutes", minutes, 1, 60)
+        async with self.db.connection() as conn:
+            rows = await conn.fetch(self.db.queries.queue_throughput, minutes)
+            now: datetime.datetime = rows[0]["now"] if rows else await conn.fetchval(self.db.queries.database_now)
+        series: dict[str, Series] = {}
+        for r in rows:
+            series.setdefault(r["queue"], []).append((r["minute"], int(r["succeeded"])))
+        return now, series
+
     # -- dead jobs -----------------------------------------------------------------------------
 
     async def retry_dead(
@@ -96,6 +237,50 @@ class Admin:
         if row["cancelled"]:
             return "cancelled"
         return "requested" if row["requested"] else "not_found"
+
+    async def cancel_jobs(self, ids: Iterable[int]) -> dict[int, str]:
+        """Cancel many jobs in one statement; return ``{id: "cancelled" | "requested"}`` for the
+        jobs that were pending or running (the others are left out)."""
+        selected = check_job_ids(ids)
+        async with self.db.connection() as conn:
+            rows = await conn.fetch(self.db.queries.cancel_jobs, selected, self.db.channels.cancel)
+        return {int(r["id"]): str(r["outcome"]) for r in rows}
+
+    async def delete_jobs(self, ids: Iterable[int]) -> list[int]:
+        """Delete jobs for good, live or archived, except running ones (cancel those); return
+        the ids deleted."""
+        selected = check_job_ids(ids)
+        async with self.db.connection() as conn:
+            rows = await conn.fetch(self.db.queries.delete_jobs, selected)
+        return sorted(int(r["id"]) for r in rows)
+
+    async def bulk(
+        self, action: BulkAction, where: JobFilter, *, batch: int = 1000, limit: int | None = None
+    ) -> int:
+        """Retry, cancel or delete every job ``where`` matches (up to ``limit``), ``batch`` jobs
+        per statement, each batch its own short transaction, so a million matches never lock
+        the table at once; return how many jobs were acted on. Retry acts on dead jobs only."""
+        if action not in ("retry", "cancel", "delete"):
+            raise ConfigurationError(f"action must be retry, cancel or delete; got {action!r}")
+        check_limit("batch", batch, 1, 10_000)
+        if limit is not None:
+            check_limit("limit", limit, 1, 2**62)
+        done, before = 0, None
+        while limit is None or done < limit:
+            size = batch if limit is None else min(batch, limit - done)
+            page = await self.list_jobs(where, before=before, limit=size)
+            ids = [j["id"] for j in page.jobs]
+            if ids:
+                if action == "retry":
+                    done += len(await self.retry_dead(ids))
+                elif action == "cancel":
+                    done += len(await self.cancel_jobs(ids))
+                else:
+                    done += len(await self.delete_jobs(ids))
+            if page.next_before is None:
+                break
+            before = page.next_before
+        return done
 
     async def set_paused(self, queue: str, paused: bool) -> None:
         """Pause or resume ``queue`` across every worker; resuming wakes them."""
@@ -166,3 +351,10 @@ def _select_dead(ids: Iterable[int] | None, queue: str | None, all: bool) -> lis
     if queue is not None:
         check_name("queue name", queue)
     return None if ids is None else check_job_ids(ids)
+
+
+def _listed(row: Any) -> dict[str, Any]:
+    job = dict(row)
+    del job["scanned"], job["scanned_to"]
+    job["args"] = json.loads(row["args"])
+    return job

@@ -145,6 +145,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("ids", nargs="*", type=_job_id, metavar="ID", help="dead job ids")
         p.add_argument("--all", action="store_true", help="every dead job (of --queue, if given)")
         p.add_argument("--queue", default=None, help="the dead jobs of this queue")
+    board = commands.add_parser(
+        "dashboard", parents=[common], help="serve the web dashboard (needs aioqueue[dashboard])",
+        description="Serve the web dashboard with uvicorn. Credentials come from "
+        "AIOQUEUE_DASHBOARD_USER and AIOQUEUE_DASHBOARD_PASSWORD; without them it serves only a "
+        "loopback address.",
+    )
+    board.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
+    board.add_argument("--port", type=_port, default=8080, help="port to serve on (default: 8080)")
+    board.add_argument("--app", default=None, metavar="MODULE:ATTR",
+                       help="your Queue, to show its periodic schedules and registered queues")
+    board.add_argument("--read-only", action="store_true", help="show everything, allow no action")
     return parser
 
 
@@ -172,13 +183,13 @@ def resolve_dsn(args: argparse.Namespace) -> str:
     return dsn
 
 
-def _schema(args: argparse.Namespace) -> str:
+def schema_arg(args: argparse.Namespace) -> str:
     schema = getattr(args, "schema", None)
     return "aioqueue" if schema is None else validate_schema(schema)
 
 
 def _admin_queue(args: argparse.Namespace) -> Queue:
-    return Queue(resolve_dsn(args), schema=_schema(args), pool_min_size=1, pool_max_size=2)
+    return Queue(resolve_dsn(args), schema=schema_arg(args), pool_min_size=1, pool_max_size=2)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -197,6 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .worker_command import run_worker_command
 
             return run_worker_command(args)
+        if args.command == "dashboard":
+            from .dashboard_command import run_dashboard_command
+
+            return run_dashboard_command(args)
         command = {"migrate": _migrate, "status": _status, "dead": _dead}[args.command]
         return run_async(command, args)
     except KeyboardInterrupt:
@@ -286,18 +301,29 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: s
 async def _status(args: argparse.Namespace) -> int:
     async with _admin_queue(args) as queue:
         rows = await queue.status()
+        workers = await queue.admin.list_workers()
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
     if not rows:
         print("no jobs in any queue")
-        return EXIT_OK
-    cells = [
-        [format_age(r[key]) if key == "oldest_ready_age" else str(r[key]) for key, _ in _STATUS_COLUMNS]
-        for r in rows
-    ]
-    print(format_table([title for _, title in _STATUS_COLUMNS], cells, "lrrrrrrr"))
+    else:
+        cells = [
+            [format_age(r[key]) if key == "oldest_ready_age" else str(r[key]) for key, _ in _STATUS_COLUMNS]
+            for r in rows
+        ]
+        print(format_table([title for _, title in _STATUS_COLUMNS], cells, "lrrrrrrr"))
+    print(_workers_table(workers) if workers else "no live workers")
     return EXIT_OK
+
+
+def _workers_table(workers: Sequence[dict[str, Any]]) -> str:
+    rows = [
+        [w["name"], w["host"], str(w["pid"]), ",".join(w["queues"]), f"{w['running']}/{w['concurrency']}",
+         w["version"], w["started_at"].strftime("%Y-%m-%d %H:%M:%S")]
+        for w in workers
+    ]
+    return format_table(["WORKER", "HOST", "PID", "QUEUES", "RUNNING", "VERSION", "STARTED (UTC)"], rows, "lllrrll")
 
 
 # -- dead ---------------------------------------------------------------------------------------

@@ -71,6 +71,19 @@ class Queries:
     purge_dead: str
     queue_status: str
     prune_queue_stats: str
+    register_worker: str
+    unregister_worker: str
+    list_workers: str
+    list_periodic: str
+    without_jit: str
+    queue_overview: str
+    queue_throughput: str
+    list_jobs: str
+    list_running_jobs: str
+    list_archived_jobs: str
+    get_job_detail: str
+    cancel_jobs: str
+    delete_jobs: str
 
 
 def parse(text: str) -> dict[str, str]:

@@ -588,3 +588,267 @@ ORDER BY queue;
 -- Maintenance: drop throughput counters older than $1 seconds.
 DELETE FROM {schema}.queue_stats AS s
 WHERE s.minute < date_trunc('minute', now()) - make_interval(secs => $1);
+
+-- name: register_worker
+-- The worker registry's one statement per interval: insert worker $1's row, or refresh its
+-- last_seen, and delete the rows of workers silent for more than $7 seconds (they crashed).
+WITH expired AS (
+    DELETE FROM {schema}.workers AS w
+    WHERE w.last_seen < now() - make_interval(secs => $7) AND w.name <> $1
+)
+INSERT INTO {schema}.workers AS w (name, host, pid, queues, concurrency, version)
+VALUES ($1, $2, $3, $4::text[], $5, $6)
+ON CONFLICT (name) DO UPDATE SET last_seen = now()
+RETURNING w.started_at;
+
+-- name: unregister_worker
+-- A worker stops cleanly: its row goes at once.
+DELETE FROM {schema}.workers AS w WHERE w.name = $1;
+
+-- name: list_workers
+-- Live workers (seen in the last $1 seconds), oldest first, with how many jobs each runs.
+SELECT w.name, w.host, w.pid, w.queues, w.concurrency, w.version, w.started_at, w.last_seen,
+       (SELECT count(*) FROM {schema}.jobs AS j
+        WHERE j.status = 'running' AND j.locked_by = w.name) AS running
+FROM {schema}.workers AS w
+WHERE w.last_seen >= now() - make_interval(secs => $1)
+ORDER BY w.started_at, w.name;
+
+-- name: list_periodic
+-- Every periodic task's newest enqueued slot.
+SELECT p.name, p.last_slot, p.updated_at FROM {schema}.periodic AS p ORDER BY p.name;
+
+-- name: without_jit
+-- For the rest of the transaction, no JIT compilation: a statement that reads a bounded number
+-- of index entries can still be estimated (for want of statistics on tiny tables and recursive
+-- CTEs) to cost enough to be compiled, and compiling takes far longer than running it.
+SET LOCAL jit = off;
+
+-- name: queue_overview
+-- The dashboard's queues page: every queue that has jobs, settings or recent throughput (and
+-- the queues $1), with counts bounded at $2 so that a deep backlog costs a bounded number of
+-- index entries, never a scan. The queues with jobs come from a skip scan of
+-- jobs_list_queue_idx (one probe per queue); each queue's pending priorities from a skip scan
+-- of jobs_ready_idx, so that ready (run_at <= now) and scheduled are range reads of that index
+-- per priority, and the oldest ready job is the first entry of a priority. Each bounded count
+-- is ordered as its index is, so that no plan prefers a scan that a LIMIT would cut short only
+-- when rows match early (a count of none would read the whole table).
+WITH RECURSIVE listed(queue) AS (
+    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.status <> 'running' ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM {schema}.jobs AS j
+            WHERE j.status <> 'running' AND j.queue > l.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM listed AS l
+    WHERE l.queue IS NOT NULL
+),
+names AS (
+    SELECT l.queue FROM listed AS l WHERE l.queue IS NOT NULL
+    UNION SELECT r.queue FROM {schema}.jobs AS r WHERE r.status = 'running'
+    UNION SELECT s.name FROM {schema}.queues AS s
+    UNION SELECT st.queue FROM {schema}.queue_stats AS st
+    UNION SELECT k.queue FROM unnest($1::text[]) AS k(queue)
+),
+pending AS (
+    SELECT n.queue,
+           least($2, sum(per.ready)) AS ready,
+           least($2, sum(per.scheduled)) AS scheduled,
+           min(per.oldest_ready) AS oldest_ready
+    FROM names AS n
+    CROSS JOIN LATERAL (
+        WITH RECURSIVE prio(priority) AS (
+            (SELECT j.priority FROM {schema}.jobs AS j
+             WHERE j.status = 'pending' AND j.queue = n.queue
+             ORDER BY j.priority DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.priority FROM {schema}.jobs AS j
+                    WHERE j.status = 'pending' AND j.queue = n.queue AND j.priority < p.priority
+                    ORDER BY j.priority DESC LIMIT 1)
+            FROM prio AS p
+            WHERE p.priority IS NOT NULL
+        )
+        SELECT
+            (SELECT count(*) FROM (
+                SELECT FROM {schema}.jobs AS j
+                WHERE j.status = 'pending' AND j.queue = n.queue AND j.priority = p.priority
+                  AND j.run_at <= now()
+                ORDER BY j.run_at
+                LIMIT $2) AS x) AS ready,
+            (SELECT count(*) FROM (
+                SELECT FROM {schema}.jobs AS j
+                WHERE j.status = 'pending' AND j.queue = n.queue AND j.priority = p.priority
+                  AND j.run_at > now()
+                ORDER BY j.run_at
+                LIMIT $2) AS x) AS scheduled,
+            (SELECT j.run_at FROM {schema}.jobs AS j
+             WHERE j.status = 'pending' AND j.queue = n.queue AND j.priority = p.priority
+               AND j.run_at <= now()
+             ORDER BY j.priority DESC, j.run_at
+             LIMIT 1) AS oldest_ready
+        FROM prio AS p
+        WHERE p.priority IS NOT NULL
+    ) AS per
+    GROUP BY n.queue
+)
+SELECT n.queue,
+       coalesce(p.ready, 0) AS ready,
+       coalesce(p.scheduled, 0) AS scheduled,
+       (SELECT count(*) FROM {schema}.jobs AS r WHERE r.status = 'running' AND r.queue = n.queue) AS running,
+       (SELECT count(*) FROM (
+           SELECT FROM {schema}.jobs AS d WHERE d.status = 'dead' AND d.queue = n.queue
+           ORDER BY d.id LIMIT $2) AS x) AS dead,
+       extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
+       coalesce(s.paused, false) AS paused, s.concurrency_limit, s.rate_limit, s.rate_period
+FROM names AS n
+LEFT JOIN pending AS p ON p.queue = n.queue
+LEFT JOIN {schema}.queues AS s ON s.name = n.queue
+ORDER BY n.queue;
+
+-- name: queue_throughput
+-- Jobs succeeded per queue and minute over the last $1 minutes, and the database's clock.
+SELECT s.queue, s.minute, sum(s.succeeded)::bigint AS succeeded, now() AS now
+FROM {schema}.queue_stats AS s
+WHERE s.minute >= date_trunc('minute', now()) - make_interval(mins => $1)
+GROUP BY s.queue, s.minute
+ORDER BY s.queue, s.minute;
+
+-- fragment: listed_columns
+j.id, j.queue, j.task, j.args::text AS args, j.status, j.priority, j.attempts, j.max_attempts,
+j.run_at, j.created_at, left(j.last_error, 500) AS last_error
+
+-- name: list_jobs
+-- A page of pending or dead jobs (status $1), newest first, after keyset $4 (an id; NULL: the
+-- top), optionally of queue $2, task $3, with arguments containing $5. At most $6 rows are read
+-- (the candidates: jobs_list_*_idx keeps them in id order), of which the first $7 that match
+-- are returned; `scanned` and `scanned_to` say how far the read went, so a caller continues a
+-- sparse containment search from there. The one-row `s` keeps that summary when nothing matched.
+-- `j.status <> 'running'` is written out so the partial indexes apply to any plan.
+WITH candidates AS MATERIALIZED (
+    SELECT j.id, j.args
+    FROM {schema}.jobs AS j
+    WHERE j.status <> 'running' AND j.status = $1
+      AND ($2::text IS NULL OR j.queue = $2)
+      AND ($3::text IS NULL OR j.task = $3)
+      AND ($4::bigint IS NULL OR j.id < $4)
+    ORDER BY j.id DESC
+    LIMIT $6
+),
+matched AS (
+    SELECT c.id FROM candidates AS c
+    WHERE $5::jsonb IS NULL OR c.args @> $5::jsonb
+    ORDER BY c.id DESC
+    LIMIT $7
+)
+SELECT s.scanned, s.scanned_to, {listed_columns}, j.locked_by, NULL::timestamptz AS finished_at
+FROM (SELECT count(*) AS scanned, min(c.id) AS scanned_to FROM candidates AS c) AS s
+LEFT JOIN (matched AS m JOIN {schema}.jobs AS j ON j.id = m.id) ON true
+ORDER BY j.id DESC;
+
+-- name: list_running_jobs
+-- list_jobs for running jobs: few (at most the workers' slots), read through jobs_lease_idx.
+WITH candidates AS MATERIALIZED (
+    SELECT j.id, j.args
+    FROM {schema}.jobs AS j
+    WHERE j.status = 'running'
+      AND ($2::text IS NULL OR j.queue = $2)
+      AND ($3::text IS NULL OR j.task = $3)
+      AND ($4::bigint IS NULL OR j.id < $4)
+      AND $1::text = 'running'
+    ORDER BY j.id DESC
+    LIMIT $6
+),
+matched AS (
+    SELECT c.id FROM candidates AS c
+    WHERE $5::jsonb IS NULL OR c.args @> $5::jsonb
+    ORDER BY c.id DESC
+    LIMIT $7
+)
+SELECT s.scanned, s.scanned_to, {listed_columns}, j.locked_by, NULL::timestamptz AS finished_at
+FROM (SELECT count(*) AS scanned, min(c.id) AS scanned_to FROM candidates AS c) AS s
+LEFT JOIN (matched AS m JOIN {schema}.jobs AS j ON j.id = m.id) ON true
+ORDER BY j.id DESC;
+
+-- name: list_archived_jobs
+-- list_jobs over the archive: succeeded or cancelled jobs (status $1).
+WITH candidates AS MATERIALIZED (
+    SELECT d.id, d.args
+    FROM {schema}.jobs_done AS d
+    WHERE d.status = $1
+      AND ($2::text IS NULL OR d.queue = $2)
+      AND ($3::text IS NULL OR d.task = $3)
+      AND ($4::bigint IS NULL OR d.id < $4)
+    ORDER BY d.id DESC
+    LIMIT $6
+),
+matched AS (
+    SELECT c.id FROM candidates AS c
+    WHERE $5::jsonb IS NULL OR c.args @> $5::jsonb
+    ORDER BY c.id DESC
+    LIMIT $7
+)
+SELECT s.scanned, s.scanned_to, j.id, j.queue, j.task, j.args::text AS args, j.status, j.priority,
+       j.attempts, j.attempts AS max_attempts, j.created_at AS run_at, j.created_at,
+       NULL::text AS last_error, NULL::text AS locked_by, j.finished_at
+FROM (SELECT count(*) AS scanned, min(c.id) AS scanned_to FROM candidates AS c) AS s
+LEFT JOIN (matched AS m JOIN {schema}.jobs_done AS j ON j.id = m.id) ON true
+ORDER BY j.id DESC;
+
+-- name: get_job_detail
+-- One job by id, live or archived, with its lease and the worker that holds it.
+SELECT j.id, j.queue, j.task, j.args::text AS args, j.status, j.priority, j.attempts,
+       j.max_attempts, j.run_at, j.created_at, j.last_error, j.dedup_key,
+       NULL::text AS result, NULL::timestamptz AS finished_at,
+       j.lease_expires_at, j.locked_at, j.locked_by, j.cancel_requested
+FROM {schema}.jobs AS j WHERE j.id = $1
+UNION ALL
+SELECT d.id, d.queue, d.task, d.args::text, d.status, d.priority, d.attempts,
+       d.attempts, d.created_at, d.created_at, NULL, d.dedup_key,
+       d.result::text, d.finished_at, NULL, NULL, NULL, false
+FROM {schema}.jobs_done AS d WHERE d.id = $1
+LIMIT 1;
+
+-- name: cancel_jobs
+-- cancel for many jobs $1: pending ones are archived as cancelled at once, running ones are
+-- flagged and their workers told on channel $2. Returns each job touched and what happened.
+WITH removed AS (
+    DELETE FROM {schema}.jobs AS j
+    WHERE j.id = ANY($1::bigint[]) AND j.status = 'pending'
+    RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
+),
+archived AS (
+    INSERT INTO {schema}.jobs_done
+        (id, queue, task, args, status, priority, attempts, dedup_key, created_at)
+    SELECT r.id, r.queue, r.task, r.args, 'cancelled', r.priority, r.attempts, r.dedup_key, r.created_at
+    FROM removed AS r
+    RETURNING id
+),
+flagged AS (
+    UPDATE {schema}.jobs AS j
+    SET cancel_requested = true
+    WHERE j.id = ANY($1::bigint[]) AND j.status = 'running'
+    RETURNING j.id
+),
+notified AS (
+    SELECT pg_notify($2, f.id::text) FROM flagged AS f
+)
+SELECT a.id, 'cancelled' AS outcome FROM archived AS a
+UNION ALL
+SELECT f.id, 'requested' FROM flagged AS f
+WHERE (SELECT count(*) FROM notified) >= 0;
+
+-- name: delete_jobs
+-- Delete jobs $1 for good: live ones that are not running (cancel those first), and archived
+-- ones. Returns their ids.
+WITH live AS (
+    DELETE FROM {schema}.jobs AS j
+    WHERE j.id = ANY($1::bigint[]) AND j.status <> 'running'
+    RETURNING j.id
+),
+archived AS (
+    DELETE FROM {schema}.jobs_done AS d
+    WHERE d.id = ANY($1::bigint[])
+    RETURNING d.id
+)
+SELECT l.id FROM live AS l
+UNION ALL
+SELECT a.id FROM archived AS a;

@@ -33,6 +33,7 @@ from .maintenance import Maintenance
 from .notifier import Notifier
 from .periodic import Scheduler
 from .producer import Producer
+from .registry import WorkerRegistry
 
 if TYPE_CHECKING:
     from .app import Queue
@@ -74,6 +75,7 @@ class Worker:
         self.heartbeat: Heartbeat | None = None
         self.maintenance: Maintenance | None = None
         self.scheduler: Scheduler | None = None
+        self.registry: WorkerRegistry | None = None
         self.claims = Claims()
         self._stop = False
         self._running = False
@@ -173,6 +175,8 @@ class Worker:
                 services.start_soon(completer.run)
                 services.start_soon(self.heartbeat.run)
                 services.start_soon(self.maintenance.run)
+                self.registry = WorkerRegistry(db, self.name, queues=queues, concurrency=cfg.concurrency)
+                services.start_soon(self.registry.run)
                 if cfg.listen and not burst:
                     channels: dict[str, Callable[[str], None]] = {
                         db.channels.jobs: producer.wake,

@@ -1,0 +1,46 @@
+"""The ``aioqueue dashboard`` command: serve the web dashboard (:mod:`aioqueue.dashboard`) with
+uvicorn, on loopback unless credentials are set."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from .app import Queue
+from .cli import EXIT_OK, UsageError, resolve_dsn, run_async, schema_arg
+from .worker_command import load_queue
+
+logger = logging.getLogger("aioqueue.cli")
+
+
+async def _check_schema(queue: Queue) -> None:
+    async with queue:
+        await queue.check_schema()
+
+
+def run_dashboard_command(args: argparse.Namespace) -> int:
+    """``aioqueue dashboard``: serve the dashboard with uvicorn until interrupted."""
+    try:
+        import uvicorn
+
+        from .dashboard import create_app
+        from .dashboard.security import PASSWORD_ENV, USER_ENV, is_loopback
+    except ImportError as exc:
+        raise UsageError(f"the dashboard needs its extra: pip install 'aioqueue[dashboard]' ({exc})") from None
+    if args.app is not None:
+        queue = load_queue(args.app)
+        if getattr(args, "dsn", None) or queue.dsn is None:
+            queue.dsn = resolve_dsn(args)
+    else:
+        queue = Queue(resolve_dsn(args), schema=schema_arg(args), pool_min_size=1, pool_max_size=4)
+    app = create_app(queue, read_only=args.read_only)
+    if not app.state.dashboard.protected and not is_loopback(args.host):
+        raise UsageError(
+            f"refusing to serve the dashboard on {args.host}, a non-loopback address, without "
+            f"authentication: set {USER_ENV} and {PASSWORD_ENV}, or serve on 127.0.0.1 "
+            "(or mount create_app(queue, auth=...) in your own application)"
+        )
+    run_async(_check_schema, queue)
+    logger.warning("serving the aioqueue dashboard at http://%s:%d/", args.host, args.port)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return EXIT_OK

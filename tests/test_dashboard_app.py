@@ -1,0 +1,315 @@
+"""The dashboard as an ASGI app, driven over HTTP in process (httpx) against a real database:
+every page, filters and keyset pages, actions through Admin with CSRF and confirmation, bulk
+actions in batches, escaping of user data, authentication, read-only, and the standalone CLI."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import socket
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from fastapi import FastAPI
+from starlette.requests import Request
+
+import aioqueue
+from aioqueue.admin import JobFilter
+from aioqueue.dashboard import create_app
+
+from .cli_tools import aioqueue_cli, cli_process
+from .helpers import eventually
+
+HOSTILE = '<script>alert("x")</script> \' " &amp;'
+
+
+def client_for(app: Any, prefix: str = "") -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://dash.test" + prefix)
+
+
+@pytest.fixture
+async def tasks(q: aioqueue.Queue) -> dict[str, aioqueue.Task[..., None]]:
+    @q.task(queue="mail")
+    async def send(to: str, n: int = 0) -> None:
+        pass
+
+    @q.task(queue="video")
+    async def encode(n: int) -> None:
+        pass
+
+    return {"send": send, "encode": encode}
+
+
+async def kill(db: asyncpg.Connection, job_id: int, error: str = "boom") -> None:
+    """Make a job dead as the worker does when attempts are spent."""
+    await db.execute("UPDATE aioqueue.jobs SET status = 'dead', attempts = 5, last_error = $2 WHERE id = $1",
+                     job_id, error)
+
+
+async def csrf(client: httpx.AsyncClient, page: str = "/") -> str:
+    response = await client.get(page)
+    assert response.status_code == 200, response.text
+    found = re.search(r'name="csrf" value="([^"]+)"', response.text)
+    assert found, "no CSRF token in the page"
+    return found.group(1)
+
+
+async def test_every_page_renders_mounted_under_a_path_in_fastapi(
+    q: aioqueue.Queue, tasks: dict[str, aioqueue.Task[..., None]], db: asyncpg.Connection
+) -> None:
+    @q.periodic(every=3600, name="hourly")
+    async def hourly() -> None:
+        pass
+
+    send = tasks["send"]
+    ids = [await send.enqueue(to=f"u{i}@x", n=i) for i in range(3)]
+    await kill(db, ids[0])
+    await q.worker(queues=["video"], concurrency=2).run_until_empty()
+    app = FastAPI()
+    app.mount("/ops/queue", create_app(q))
+    async with client_for(app) as client:
+        pages = ["/", "/jobs", "/jobs?status=dead", "/jobs?status=running", "/jobs?status=succeeded",
+                 "/jobs?status=cancelled", f"/jobs/{ids[1]}", f"/jobs/{ids[0]}", "/dead", "/periodic", "/workers"]
+        for page in pages:
+            response = await client.get("/ops/queue" + page)
+            assert response.status_code == 200, (page, response.text)
+            assert 'href="/ops/queue/jobs"' in response.text  # links stay under the mount path
+            assert "default-src 'none'" in response.headers["content-security-policy"]
+        queues = (await client.get("/ops/queue/")).text
+        assert 'data-queue="mail"' in queues and 'data-queue="video"' in queues  # registered, even if empty
+        assert "<svg" in queues
+        assert "hourly" in (await client.get("/ops/queue/periodic")).text
+        assert (await client.get("/ops/queue/jobs/999999")).status_code == 404
+        response = await client.get(f"/ops/queue/jobs?id={ids[2]}", follow_redirects=False)
+        assert response.headers["location"] == f"/ops/queue/jobs/{ids[2]}"
+        assert (await client.get("/ops/queue/static/dashboard.js")).status_code == 200
+
+
+async def test_user_data_is_escaped_everywhere(
+    q: aioqueue.Queue, tasks: dict[str, aioqueue.Task[..., None]], db: asyncpg.Connection
+) -> None:
+    job_id = await tasks["send"].enqueue(to=HOSTILE)
+    await kill(db, job_id, f"ValueError: {HOSTILE}\nTraceback line <b>bold</b>")
+    async with client_for(create_app(q)) as client:
+        pages = ["/dead", f"/jobs/{job_id}", "/jobs?status=dead", "/jobs?args=" + HOSTILE, "/jobs?queue=" + HOSTILE]
+        for page in pages:
+            text = (await client.get(page)).text
+            assert "<script>alert" not in text and "<b>bold" not in text, page
+        text = (await client.get(f"/jobs/{job_id}")).text
+        assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in text
+        assert "&lt;b&gt;bold&lt;/b&gt;" in text
+        response = await client.get("/", params={"notice": HOSTILE})
+        assert "<script>alert" not in response.text
+
+
+async def test_filters_and_keyset_pages(
+    q: aioqueue.Queue, tasks: dict[str, aioqueue.Task[..., None]], db: asyncpg.Connection
+) -> None:
+    send, encode = tasks["send"], tasks["encode"]
+    mail = [await send.enqueue(to=f"user{i % 3}@x", n=i) for i in range(120)]
+    await encode.enqueue_many([{"n": i} for i in range(30)])
+    for job_id in mail[:10]:
+        await kill(db, job_id)
+    admin = q.admin
+    seen: list[int] = []
+    before = None
+    while True:
+        page = await admin.list_jobs(JobFilter(status="pending", queue="mail"), before=before, limit=25)
+        seen += [j["id"] for j in page.jobs]
+        if page.next_before is None:
+            break
+        before = page.next_before
+    assert seen == sorted(mail[10:], reverse=True)  # every one once, newest first
+    only = await admin.list_jobs(JobFilter(status="pending", args={"to": "user1@x"}), limit=1000)
+    assert {j["id"] for j in only.jobs} == {i for n, i in enumerate(mail) if n % 3 == 1 and n >= 10}
+    by_task = await admin.list_jobs(JobFilter(status="pending", task=encode.name), limit=1000)
+    assert len(by_task.jobs) == 30
+    dead = await admin.list_jobs(JobFilter(status="dead"), limit=1000)
+    assert sorted(j["id"] for j in dead.jobs) == mail[:10]
+    async with client_for(create_app(q, page_size=50)) as client:
+        first = await client.get("/jobs", params={"queue": "mail"})
+        assert first.status_code == 200
+        more = re.search(r'rel="next" href="([^"]+)"', first.text)
+        assert more, "a full page links to the next"
+        second = await client.get(more.group(1).replace("&amp;", "&"))
+        shown = [int(n) for n in re.findall(r'href="/jobs/(\d+)"', first.text + second.text)]
+        assert shown == sorted(mail[10:], reverse=True)[:100]
+        contain = await client.get("/jobs", params={"args": '{"to": "user2@x"}'})
+        matched = {int(n) for n in re.findall(r'href="/jobs/(\d+)"', contain.text)}
+        assert matched == {int(i) for n, i in enumerate(mail) if n % 3 == 2 and n >= 10}
+        bad = await client.get("/jobs", params={"args": "[1, 2"})
+        assert bad.status_code == 400 and "not JSON" in bad.text
+
+
+async def test_actions_need_csrf_confirm_destructive_ones_go_through_admin_and_are_logged(
+    q: aioqueue.Queue, tasks: dict[str, aioqueue.Task[..., None]], db: asyncpg.Connection,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    send = tasks["send"]
+    dead_id, pending_id, other_id = [await send.enqueue(to="a", n=i) for i in range(3)]
+    await kill(db, dead_id)
+    async with client_for(create_app(q)) as client:
+        token = await csrf(client, f"/jobs/{dead_id}")
+        refused = await client.post("/actions/jobs", data={"action": "retry", "ids": str(dead_id)})
+        assert refused.status_code == 403 and "CSRF" in refused.text
+        forged = await client.post("/actions/jobs", data={"action": "retry", "ids": str(dead_id), "csrf": token},
+                                   headers={"origin": "https://evil.example"})
+        assert forged.status_code == 403
+        assert (await q.get_job(dead_id)).status == "dead"  # type: ignore[union-attr]
+
+        with caplog.at_level(logging.INFO, logger="aioqueue.dashboard"):
+            done = await client.post("/actions/jobs", data={
+                "action": "retry", "ids": str(dead_id), "csrf": token, "next": f"/jobs/{dead_id}"})
+        assert done.status_code == 303 and done.headers["location"].startswith(f"/jobs/{dead_id}?notice=")
+        assert (await q.get_job(dead_id)).status == "pending"  # type: ignore[union-attr]
+        assert any("retry" in r.getMessage() and str(dead_id) in r.getMessage() for r in caplog.records)
+
+        ask = await client.post("/actions/jobs", data={"action": "delete", "ids": str(pending_id), "csrf": token})
+        assert ask.status_code == 200 and "Confirm" in ask.text and 'name="confirmed" value="1"' in ask.text
+        assert await q.get_job(pending_id) is not None  # nothing happened before the confirmation
+        gone = await client.post("/actions/jobs", data={
+            "action": "delete", "ids": str(pending_id), "csrf": token, "confirmed": "1"})
+        assert gone.status_code == 303
+        assert await q.get_job(pending_id) is None
+
+        await client.post("/actions/jobs", data={"action": "cancel", "ids": str(other_id), "csrf": token,
+                                                 "confirmed": "1"})
+        assert (await q.get_job(other_id)).status == "cancelled"  # type: ignore[union-attr]
+
+        offsite = await client.post("/actions/queues", data={
+            "action": "pause", "queue": "mail", "csrf": token, "next": "//evil.example/x"})
+        assert offsite.headers["location"].startswith("/?notice=")  # never redirected off the app
+        assert await q.queue_settings() == [
+            {"name": "mail", "paused": True, "concurrency_limit": None, "rate_limit": None, "rate_period": None}]
+        await client.post("/actions/queues", data={
+            "action": "limits", "queue": "mail", "csrf": token, "concurrency": "3", "rate_count": "10",
+            "rate_period": "2"})
+        await client.post("/actions/queues", data={"action": "resume", "queue": "mail", "csrf": token})
+        assert await q.queue_settings() == [
+            {"name": "mail", "paused": False, "concurrency_limit": 3, "rate_limit": 10, "rate_period": 2.0}]
+        bad = await client.post("/actions/queues", data={
+            "action": "limits", "queue": "mail", "csrf": token, "concurrency": "-1"})
+        assert "refused" in bad.headers["location"]
+
+
+async def test_bulk_actions_over_a_filter_run_in_bounded_batches(
+    q: aioqueue.Queue, tasks: dict[str, aioqueue.Task[..., None]], db: asyncpg.Connection
+) -> None:
+    send, encode = tasks["send"], tasks["encode"]
+    await send.enqueue_many([{"to": "x", "n": i} for i in range(2500)])
+    await encode.enqueue_many([{"n": i} for i in range(5)])
+    await db.execute("UPDATE aioqueue.jobs SET status = 'dead', last_error = 'boom' WHERE queue = 'mail'")
+    batches: list[int] = []
+    original = q.admin.retry_dead
+
+    async def counting(ids: Any = None, **kw: Any) -> list[int]:
+        batches.append(len(list(ids)))
+        return await original(ids, **kw)
+
+    q.admin.retry_dead = counting  # type: ignore[method-assign]  # observe the batches, the real call runs
+    assert await q.admin.bulk("retry", JobFilter(status="dead", queue="mail"), batch=1000) == 2500
+    assert batches == [1000, 1000, 500]
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status = 'pending' AND queue = 'mail'") == 2500
+
+    async with client_for(create_app(q, bulk_batch=700)) as client:
+        token = await csrf(client, "/jobs?queue=mail")
+        form = {"scope": "filter", "status": "pending", "queue": "mail", "task": "", "args": '{"n": 7}',
+                "action": "delete", "csrf": token}
+        ask = await client.post("/actions/jobs", data=form)
+        assert "Confirm" in ask.text and "every pending job" in ask.text
+        await client.post("/actions/jobs", data={**form, "confirmed": "1"})
+        assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE queue = 'mail'") == 2499
+        done = await client.post("/actions/jobs", data={**form, "args": "", "action": "cancel", "confirmed": "1"})
+        assert "cancel%3A+2499" in done.headers["location"]
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 5  # the other queue untouched
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs_done WHERE status = 'cancelled'") == 2499
+
+
+async def test_read_only_hides_and_refuses_every_action(
+    q: aioqueue.Queue, tasks: dict[str, aioqueue.Task[..., None]], db: asyncpg.Connection
+) -> None:
+    job_id = await tasks["send"].enqueue(to="a")
+    await kill(db, job_id)
+    async with client_for(create_app(q, read_only=True)) as client:
+        for page in ["/", "/dead", f"/jobs/{job_id}", "/jobs?status=dead"]:
+            text = (await client.get(page)).text
+            assert 'method="post"' not in text and "read-only" in text, page
+        token = client.cookies.get("aioqueue_csrf")
+        refused = await client.post("/actions/jobs", data={"action": "retry", "ids": str(job_id), "csrf": token})
+        assert refused.status_code == 403
+        refused = await client.post("/actions/queues", data={"action": "pause", "queue": "mail", "csrf": token})
+        assert refused.status_code == 403
+    assert (await q.get_job(job_id)).status == "dead"  # type: ignore[union-attr]
+    assert await q.queue_settings() == []
+
+
+async def test_the_auth_hook_decides_per_action(
+    q: aioqueue.Queue, tasks: dict[str, aioqueue.Task[..., None]], db: asyncpg.Connection
+) -> None:
+    job_id = await tasks["send"].enqueue(to="a")
+    await kill(db, job_id)
+
+    async def auth(request: Request, action: str) -> bool:
+        role = request.headers.get("x-role")
+        return role == "admin" or (role == "viewer" and action == "view") or (role == "ops" and action == "retry")
+
+    async with client_for(create_app(q, auth=auth)) as client:
+        assert (await client.get("/")).status_code == 403
+        client.headers["x-role"] = "viewer"
+        token = await csrf(client, f"/jobs/{job_id}")
+        denied = await client.post("/actions/jobs", data={"action": "retry", "ids": str(job_id), "csrf": token})
+        assert denied.status_code == 403
+        client.headers["x-role"] = "ops"
+        assert (await client.get("/")).status_code == 403  # may retry, may not look
+        denied = await client.post("/actions/jobs", data={"action": "delete", "ids": str(job_id), "csrf": token,
+                                                          "confirmed": "1"})
+        assert denied.status_code == 403
+        allowed = await client.post("/actions/jobs", data={"action": "retry", "ids": str(job_id), "csrf": token})
+        assert allowed.status_code == 303
+    assert (await q.get_job(job_id)).status == "pending"  # type: ignore[union-attr]
+
+
+async def test_basic_credentials_from_the_environment(q: aioqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIOQUEUE_DASHBOARD_USER", "ops")
+    monkeypatch.setenv("AIOQUEUE_DASHBOARD_PASSWORD", "s3cret")
+    app = create_app(q)
+    assert app.state.dashboard.protected
+    async with client_for(app) as client:
+        response = await client.get("/")
+        assert response.status_code == 401 and response.headers["www-authenticate"].startswith("Basic")
+        wrong = base64.b64encode(b"ops:nope").decode()
+        assert (await client.get("/", headers={"authorization": f"Basic {wrong}"})).status_code == 401
+        right = base64.b64encode(b"ops:s3cret").decode()
+        assert (await client.get("/", headers={"authorization": f"Basic {right}"})).status_code == 200
+    monkeypatch.delenv("AIOQUEUE_DASHBOARD_PASSWORD")
+    with pytest.raises(aioqueue.ConfigurationError, match="both"):
+        create_app(q)
+
+
+async def test_standalone_refuses_a_public_address_without_credentials(dsn: str) -> None:
+    status, _out, err = await aioqueue_cli("dashboard", "--host", "0.0.0.0", "--port", "8099", dsn=dsn)
+    assert status == 2
+    assert "refusing to serve the dashboard on 0.0.0.0" in err and "AIOQUEUE_DASHBOARD_USER" in err
+
+
+async def test_standalone_serves_on_loopback(dsn: str, tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with cli_process(["dashboard", "--port", str(port)], dsn, tmp_path) as (_process, output):
+        await output.wait_for("serving the aioqueue dashboard")
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+
+            async def up() -> bool:
+                try:
+                    return (await client.get("/")).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            await eventually(up, timeout=20, interval=0.1, what="the dashboard to answer")
+            assert "Queues" in (await client.get("/")).text
+
