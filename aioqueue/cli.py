@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "needs prometheus-client")
     worker.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
                         help="address for --metrics-port (default: 127.0.0.1)")
+    worker.add_argument("--listen-dsn", default=None, metavar="DSN",
+                        help="behind a transaction pooler: LISTEN on this DSN, straight to the server "
+                        "(default: $AIOQUEUE_LISTEN_DSN; without one the worker polls)")
     # Set by the supervisor on its children.
     worker.add_argument("--supervised-by", type=int, default=None, help=argparse.SUPPRESS)
 

@@ -144,6 +144,10 @@ class Worker:
 
     async def _serve(self, burst: bool) -> None:
         cfg, db = self.config, self.app.database
+        if cfg.listen and not burst and not await db.can_listen():
+            logger.warning("LISTEN cannot pass a transaction pooler: polling every %.1fs (set listen_dsn "
+                           "to a DSN straight to the server to be woken at once)", cfg.poll_interval)
+            cfg = dataclasses.replace(cfg, listen=False)
         queues = list(cfg.queues or sorted({t.queue for t in self.app.tasks.values()}))
         if not queues:
             raise ConfigurationError("the worker has no queues: register a task or pass queues=[...]")

@@ -114,12 +114,17 @@ def _configure(queue: Queue, args: argparse.Namespace) -> None:
         queue.dsn = args.dsn
     elif queue.dsn is None and not queue.database.is_open:
         queue.dsn = resolve_dsn(args)
+    listen_dsn = getattr(args, "listen_dsn", None) or os.environ.get(_LISTEN_DSN)
+    if listen_dsn:
+        queue.database.listen_dsn = listen_dsn
 
 
 #: Where a supervisor hands its children their configuration and DSN (never in argv, which is
 #: public: a DSN may hold a password).
 _CHILD_CONFIG = "AIOQUEUE_WORKER_CONFIG"
 _CHILD_DSN = "AIOQUEUE_WORKER_DSN"
+#: Where LISTEN goes past a transaction pooler (``--listen-dsn``); children inherit it.
+_LISTEN_DSN = "AIOQUEUE_LISTEN_DSN"
 
 
 def _worker_config(args: argparse.Namespace) -> WorkerConfig:
@@ -142,6 +147,8 @@ def run_worker_command(args: argparse.Namespace) -> int:
     env = {**os.environ, _CHILD_CONFIG: config.to_json()}
     if queue.dsn:
         env[_CHILD_DSN] = queue.dsn
+    if queue.database.listen_dsn:
+        env[_LISTEN_DSN] = queue.database.listen_dsn
     supervisor = Supervisor(
         lambda slot: _child_command(args, slot),
         args.processes,
