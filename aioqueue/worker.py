@@ -27,6 +27,7 @@ from .completer import Completer
 from .config import WorkerConfig, WorkerOptions
 from .errors import ConfigurationError
 from .executor import Executor, Interrupt
+from .health import Health
 from .job import Job
 from .lease import Heartbeat
 from .maintenance import Maintenance
@@ -74,7 +75,9 @@ class Worker:
         self.heartbeat: Heartbeat | None = None
         self.maintenance: Maintenance | None = None
         self.scheduler: Scheduler | None = None
+        self.health: Health | None = None
         self.claims = Claims()
+        self._serving = False
         self._stop = False
         self._running = False
 
@@ -192,11 +195,17 @@ class Worker:
                     services.start_soon(self.scheduler.run)
                 if cfg.install_signal_handlers and threading.current_thread() is threading.main_thread():
                     services.start_soon(self._watch_signals)
+                if cfg.health_port is not None:
+                    self.health = Health(db, self._services_state, port=cfg.health_port, host=cfg.health_addr,
+                                         unready_after=cfg.unready_after)
+                    await services.start(self.health.run)
+                self._serving = True
                 logger.info("worker %s started: queues=%s concurrency=%d", self.name, ",".join(queues),
                             cfg.concurrency)
                 try:
                     await self._work(producer, executor, completer, burst)
                 finally:
+                    self._serving = False
                     services.cancel_scope.cancel()
         finally:
             await self._final_flush(completer)
@@ -267,6 +276,14 @@ class Worker:
         if not await self.claims.idle.wait(10.0):
             logger.error("handlers ignored cancellation; abandoning them to the lease")
             runners.cancel()
+
+    def _services_state(self) -> str | None:
+        """None while the worker's services run and it claims; else what it is doing instead."""
+        if not self._serving:
+            return "stopped"
+        if self._stop:
+            return "stopping"
+        return None
 
     def _lost(self, claim: ClaimKey) -> None:
         """The lease of ``claim`` is lost (reaped, or the job claimed again): stop its handler."""

@@ -129,7 +129,10 @@ _LISTEN_DSN = "AIOQUEUE_LISTEN_DSN"
 
 def _worker_config(args: argparse.Namespace) -> WorkerConfig:
     if args.supervised_by is not None and os.environ.get(_CHILD_CONFIG):
-        return WorkerConfig.from_json(os.environ[_CHILD_CONFIG])
+        config = WorkerConfig.from_json(os.environ[_CHILD_CONFIG])
+        if args.health_port is not None:  # each child probes on a port of its own
+            config = WorkerConfig.from_options({"health_port": args.health_port}, base=config)
+        return config
     return WorkerConfig.from_options(worker_options(args))
 
 
@@ -175,6 +178,8 @@ def _child_command(args: argparse.Namespace, slot: int) -> list[str]:
         command += ["--schema", args.schema]
     if args.metrics_port is not None:
         command += ["--metrics-port", str(args.metrics_port + slot), "--metrics-addr", args.metrics_addr]
+    if args.health_port:
+        command += ["--health-port", str(args.health_port + slot)]
     return command
 
 
