@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "needs prometheus-client")
     worker.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
                         help="address for --metrics-port (default: 127.0.0.1)")
+    worker.add_argument("--pool-max-size", type=_positive_int, default=None, metavar="N",
+                        help="at most N pooled connections per process (default: the Queue's, 10); "
+                        "a process holds this many plus one for LISTEN")
     worker.add_argument("--listen-dsn", default=None, metavar="DSN",
                         help="behind a transaction pooler: LISTEN on this DSN, straight to the server "
                         "(default: $AIOQUEUE_LISTEN_DSN; without one the worker polls)")

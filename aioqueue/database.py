@@ -151,6 +151,15 @@ class Database:
                     f"cannot connect to PostgreSQL at {describe_dsn(self.dsn)}: {type(exc).__name__}: {exc}"
                 ) from exc
 
+    def cap_pool(self, max_size: int) -> None:
+        """Hold at most ``max_size`` pooled connections (say, from ``aioqueue worker
+        --pool-max-size``); only before the pool opens."""
+        if not isinstance(max_size, int) or isinstance(max_size, bool) or not 1 <= max_size <= 10_000:
+            raise ConfigurationError(f"pool_max_size must be an int from 1 to 10000, got {max_size!r}")
+        if self._pool is not None:
+            raise AioqueueError("the pool is already open: cap it before it opens")
+        self._pool_sizes = (min(self._pool_sizes[0], max_size), max_size)
+
     def _pool_kwargs(self) -> dict[str, Any]:
         kwargs = dict(self._connect_kwargs)
         if self.pooler:

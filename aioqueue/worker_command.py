@@ -114,6 +114,8 @@ def _configure(queue: Queue, args: argparse.Namespace) -> None:
         queue.dsn = args.dsn
     elif queue.dsn is None and not queue.database.is_open:
         queue.dsn = resolve_dsn(args)
+    if getattr(args, "pool_max_size", None) is not None:
+        queue.database.cap_pool(args.pool_max_size)
     listen_dsn = getattr(args, "listen_dsn", None) or os.environ.get(_LISTEN_DSN)
     if listen_dsn:
         queue.database.listen_dsn = listen_dsn
@@ -180,6 +182,8 @@ def _child_command(args: argparse.Namespace, slot: int) -> list[str]:
         command += ["--metrics-port", str(args.metrics_port + slot), "--metrics-addr", args.metrics_addr]
     if args.health_port:
         command += ["--health-port", str(args.health_port + slot)]
+    if args.pool_max_size is not None:
+        command += ["--pool-max-size", str(args.pool_max_size)]
     return command
 
 
