@@ -342,4 +342,10 @@ async def _dead(args: argparse.Namespace) -> int:
         print(f"{done} {len(ids)} dead job(s): {', '.join(map(str, ids))}")
     else:
         print(f"no dead jobs matched: nothing {done}")
+    missing = sorted(set(args.ids) - set(ids))
+    if missing:
+        # Named jobs that are not dead (missing, pending, running, archived): say so, and fail.
+        print(f"aioqueue: error: no dead job with id {', '.join(map(str, missing))}: it does not exist "
+              "or is not dead (see `aioqueue dead list`)", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_OK

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Unpack
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
+from . import stop_signals
 from .claims import ClaimKey, Claims
 from .completer import Completer
 from .config import WorkerConfig, WorkerOptions
@@ -318,6 +319,10 @@ class Worker:
 
     async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            early = stop_signals.take()  # one that came while the command was starting
+            if early is not None:
+                logger.info("%s came while starting: stopping", signal.Signals(early).name)
+                self.stop()
             async for signum in signals:
                 if not self._stop:
                     logger.info("%s: stopping gracefully (send again to interrupt running jobs)",
