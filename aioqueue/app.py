@@ -27,6 +27,7 @@ from .retry import Backoff
 from .task import Task, check_name
 
 if TYPE_CHECKING:
+    from .hooks import EnqueueHook
     from .middleware import Middleware
     from .worker import Worker
 
@@ -77,6 +78,8 @@ class Queue:
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodics: dict[str, Periodic] = {}
         self.middleware: list[Middleware] = []
+        self.enqueue_hooks: list[EnqueueHook] = []
+        """Wrapped around every enqueue call; they may attach headers (see :mod:`aioqueue.hooks`)."""
 
     # -- the database ------------------------------------------------------------------------
 

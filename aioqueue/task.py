@@ -31,7 +31,8 @@ from .checks import (
     check_seconds,
 )
 from .errors import ConfigurationError, JobArgumentsError
-from .job import Connection, JobRef
+from .hooks import entered
+from .job import HEADERS_KEY, Connection, JobRef
 from .retry import Backoff
 
 if TYPE_CHECKING:
@@ -199,9 +200,14 @@ class Task(Generic[P, R]):
                 named[name] = value
         return named
 
-    def encode(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
-        """Check and serialise one call's arguments to the JSON text stored in the job."""
+    def encode(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> str:
+        """Check and serialise one call's arguments (and the hooks' headers, if any) to the JSON
+        text stored in the job."""
         named = self.bind_arguments(args, kwargs)
+        if headers:
+            named[HEADERS_KEY] = dict(headers)
         return payload.encode_args(self.name, named, self.app.max_payload_bytes)
 
 
@@ -215,9 +221,10 @@ class Enqueuer(Generic[P, R]):
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
         """Store one job; return its id (the live job's id when its dedup key is taken)."""
-        text = self.task.encode(args, kwargs)
         app = self.task.app
-        return JobRef(await enqueue.insert_one(app.database, self.task, self.opts, text, self.conn), app)
+        with entered(app.enqueue_hooks, self.task, 1) as headers:
+            text = self.task.encode(args, kwargs, headers)
+            return JobRef(await enqueue.insert_one(app.database, self.task, self.opts, text, self.conn), app)
 
     async def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[JobRef]:
         """Store one job per mapping of keyword arguments in one statement; return their ids.
@@ -229,19 +236,21 @@ class Enqueuer(Generic[P, R]):
             raise ConfigurationError(
                 f"task {self.task.name!r}: enqueue_many cannot give one dedup key to many jobs"
             )
-        texts = []
-        for i, item in enumerate(items):
-            if not isinstance(item, Mapping):
-                raise JobArgumentsError(
-                    f"task {self.task.name!r}: item {i} of enqueue_many is a "
-                    f"{type(item).__name__}, not a mapping of keyword arguments"
-                )
-            try:
-                texts.append(self.task.encode((), item))
-            except JobArgumentsError as exc:
-                raise type(exc)(f"item {i} of enqueue_many: {exc}") from None
-        if not texts:
+        calls = list(items)
+        if not calls:
             return []
         app = self.task.app
-        ids = await enqueue.insert_many(app.database, self.task, self.opts, texts, None, self.conn)
+        with entered(app.enqueue_hooks, self.task, len(calls)) as headers:
+            texts = []
+            for i, item in enumerate(calls):
+                if not isinstance(item, Mapping):
+                    raise JobArgumentsError(
+                        f"task {self.task.name!r}: item {i} of enqueue_many is a "
+                        f"{type(item).__name__}, not a mapping of keyword arguments"
+                    )
+                try:
+                    texts.append(self.task.encode((), item, headers))
+                except JobArgumentsError as exc:
+                    raise type(exc)(f"item {i} of enqueue_many: {exc}") from None
+            ids = await enqueue.insert_many(app.database, self.task, self.opts, texts, None, self.conn)
         return [JobRef(job_id, app) for job_id in ids]
