@@ -103,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
         "SIGINT/SIGTERM stop claiming and let running jobs finish within the grace period; "
         "a second signal interrupts them (they go back to pending).",
     )
-    worker.add_argument("target", metavar="MODULE:ATTR", help="where the Queue is, e.g. myapp.jobs:queue")
+    worker.add_argument("target", metavar="MODULE:ATTR", nargs="+",
+                        help="where the Queue is, e.g. myapp.jobs:queue; name several to serve Queues of "
+                        "several databases in one process (each Queue's own DSN)")
     from .worker_command import add_worker_flags  # it imports this module's basics
 
     add_worker_flags(worker)
