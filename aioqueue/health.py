@@ -3,7 +3,7 @@
 ``GET /live`` answers 200 while the event loop answers (a blocked loop answers nothing, which a
 probe's timeout reads as a failure) and the worker's services are running. ``GET /ready``
 answers 200 while, in addition, the database answered a check within ``unready_after`` seconds
-and the schema is at this code's version; else 503, with the reason in the JSON body. The
+and the schema is at least at this code's version; else 503, with the reason in the JSON body. The
 database is checked in the background once a second or so, never by a probe, so probes cost the
 database nothing. It runs in the worker's task group and never touches jobs.
 """
@@ -94,7 +94,8 @@ class Health:
                 logger.debug("health check of the database failed: %s: %s", type(exc).__name__, exc)
             else:
                 self.last_answer = time.monotonic()
-                self.schema_problem = None if version == latest else f"at version {version}, code needs {latest}"
+                # A newer schema is a rolling upgrade under way: this worker keeps working on it.
+                self.schema_problem = None if version >= latest else f"at version {version}, code needs {latest}"
             if first:
                 first = False
                 task_status.started()
