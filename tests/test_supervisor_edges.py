@@ -17,6 +17,7 @@ import aioqueue
 from aioqueue.stop_signals import is_worker_command
 
 from .cli_tools import aioqueue_cli, cli_env
+from .helpers import eventually
 
 
 def _children_of(pid: int) -> list[psutil.Process]:
@@ -29,8 +30,18 @@ def _children_of(pid: int) -> list[psutil.Process]:
     return found
 
 
-# Seconds after the start: inside the imports, the schema check, and the children's start.
-MOMENTS = [0.08, 0.2, 0.35, 0.6, 1.0]
+def _catches_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has a handler for SIGTERM (its SigCgt mask in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
+# Seconds after the command's first handler is in place (importing aioqueue begins it): inside
+# the imports, the schema check, and the children's start. Before that point only the
+# interpreter's own start-up runs, which no code of the command can guard.
+MOMENTS = [0.0, 0.1, 0.25, 0.5, 0.9]
 
 
 @pytest.mark.parametrize("processes", [1, 2])
@@ -40,6 +51,8 @@ async def test_an_early_sigterm_exits_cleanly_with_no_orphans(
 ) -> None:
     command = [sys.executable, "-m", "aioqueue", "worker", "cli_app:queue", "-p", str(processes)]
     async with await anyio.open_process(command, env=cli_env(dsn), cwd=app_dir, stdout=None, stderr=None) as process:
+        await eventually(lambda: _catches_sigterm(process.pid), timeout=20, interval=0.001,
+                         what="the command to hold SIGTERM")
         await anyio.sleep(moment)  # the fault's timing, not a wait for a condition
         process.send_signal(signal.SIGTERM)
         with anyio.fail_after(30):
