@@ -4,7 +4,6 @@ the CLI) under concurrency, where a server connection changes hands between tran
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 
 import aioqueue
 
-from .cli_tools import aioqueue_cli
+from .cli_tools import aioqueue_cli, cli_process
 from .conftest import server
 from .helpers import eventually, running
 from .pooler_tools import pgbouncer, via
@@ -239,21 +238,21 @@ async def test_cli_through_the_pooler(empty_dsn: str, bouncer: int, tmp_path: Pa
     async with aioqueue.Queue(pooled) as q:
         job = q.task(queue="p", name="nothing")(_nothing)
         await job.enqueue_many([{"n": n} for n in range(50)])
-    # `aioqueue worker` is long-running; run it through the pooler until the queue is empty.
-    from .cli_tools import cli_env
-
+    # `aioqueue worker` through the pooler, LISTEN straight to the server (--listen-dsn).
     direct = await asyncpg.connect(empty_dsn)
     try:
-        with anyio.fail_after(30):
-            process = await anyio.open_process(
-                [sys.executable, "-m", "aioqueue", "worker", "pooled_app:queue", "--poll-interval", "0.1"],
-                cwd=tmp_path, env=cli_env(pooled),
-            )
-            async with process:
-                await eventually(lambda: direct.fetchval("SELECT count(*) = 0 FROM aioqueue.jobs"),
-                                 timeout=25, what="the CLI worker to drain the queue")
-                process.terminate()
+        args = ["worker", "pooled_app:queue", "--poll-interval", "0.1", "--listen-dsn", empty_dsn]
+        async with cli_process(args, pooled, tmp_path) as (process, output):
+            await output.wait_for("started: queues=p")
+            await eventually(lambda: direct.fetchval("SELECT count(*) = 0 FROM aioqueue.jobs"),
+                             timeout=25, what="the CLI worker to drain the queue")
+            listening = "SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = $1"
+            await eventually(lambda: direct.fetchval(listening, empty_dsn.rsplit("/", 1)[1]), timeout=10,
+                             what="a LISTEN backend straight on the server")
+            process.terminate()
+            with anyio.fail_after(30):
                 assert await process.wait() == 0
+        assert "LISTEN cannot pass a transaction pooler" not in output.text
     finally:
         await direct.close()
 
