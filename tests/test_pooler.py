@@ -241,8 +241,8 @@ async def test_cli_through_the_pooler(empty_dsn: str, bouncer: int, tmp_path: Pa
     # `aioqueue worker` through the pooler, LISTEN straight to the server (--listen-dsn).
     direct = await asyncpg.connect(empty_dsn)
     try:
-        args = ["worker", "pooled_app:queue", "--poll-interval", "0.1", "--listen-dsn", empty_dsn]
-        async with cli_process(args, pooled, tmp_path) as (process, output):
+        worker_args = ["worker", "pooled_app:queue", "--poll-interval", "0.1", "--listen-dsn", empty_dsn]
+        async with cli_process(worker_args, pooled, tmp_path) as (process, output):
             await output.wait_for("started: queues=p")
             await eventually(lambda: direct.fetchval("SELECT count(*) = 0 FROM aioqueue.jobs"),
                              timeout=25, what="the CLI worker to drain the queue")
