@@ -1,5 +1,7 @@
 """aioqueue: an asyncio job queue that lives in the PostgreSQL database you already run."""
 
+# First, before the slow imports: the `aioqueue worker` command must not die of an early SIGTERM.
+from . import stop_signals  # noqa: F401
 from .app import Queue
 from .config import WorkerConfig, WorkerOptions
 from .errors import (

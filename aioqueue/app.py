@@ -29,6 +29,7 @@ from .retry import Backoff
 from .task import NamedTask, Task, check_name
 
 if TYPE_CHECKING:
+    from .hooks import EnqueueHook
     from .middleware import Middleware
     from .worker import Worker
 
@@ -52,6 +53,10 @@ class Queue:
 
     Give it a DSN (it opens and owns a pool) or an asyncpg pool of yours. ``async with queue``
     opens it and closes what it owns; enqueue calls open it on first use.
+
+    Behind a transaction-pooling proxy such as PgBouncer, ``pooler=True`` (detected when left
+    None) keeps named prepared statements away from it, and ``listen_dsn`` (a DSN straight to
+    the server) carries LISTEN past it; without one, workers and ``result()`` poll.
     """
 
     def __init__(
@@ -65,6 +70,8 @@ class Queue:
         pool_max_size: int = 10,
         connect_timeout: float = 10.0,
         connect_kwargs: dict[str, Any] | None = None,
+        pooler: bool | None = None,
+        listen_dsn: str | None = None,
     ) -> None:
         if not isinstance(max_payload_bytes, int) or isinstance(max_payload_bytes, bool) or max_payload_bytes < 1:
             raise ConfigurationError(f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}")
@@ -76,12 +83,16 @@ class Queue:
             pool_max_size=pool_max_size,
             connect_timeout=connect_timeout,
             connect_kwargs=connect_kwargs,
+            pooler=pooler,
+            listen_dsn=listen_dsn,
         )
         self.admin = Admin(self.database)
         self.max_payload_bytes = max_payload_bytes
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodics: dict[str, Periodic] = {}
         self.middleware: list[Middleware] = []
+        self.enqueue_hooks: list[EnqueueHook] = []
+        """Wrapped around every enqueue call; they may attach headers (see :mod:`aioqueue.hooks`)."""
 
     # -- the database ------------------------------------------------------------------------
 

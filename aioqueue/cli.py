@@ -103,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
         "SIGINT/SIGTERM stop claiming and let running jobs finish within the grace period; "
         "a second signal interrupts them (they go back to pending).",
     )
-    worker.add_argument("target", metavar="MODULE:ATTR", help="where the Queue is, e.g. myapp.jobs:queue")
+    worker.add_argument("target", metavar="MODULE:ATTR", nargs="+",
+                        help="where the Queue is, e.g. myapp.jobs:queue; name several to serve Queues of "
+                        "several databases in one process (each Queue's own DSN)")
     from .worker_command import add_worker_flags  # it imports this module's basics
 
     add_worker_flags(worker)
@@ -114,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "needs prometheus-client")
     worker.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
                         help="address for --metrics-port (default: 127.0.0.1)")
+    worker.add_argument("--pool-max-size", type=_positive_int, default=None, metavar="N",
+                        help="at most N pooled connections per process (default: the Queue's, 10); "
+                        "a process holds this many plus one for LISTEN")
+    worker.add_argument("--listen-dsn", default=None, metavar="DSN",
+                        help="behind a transaction pooler: LISTEN on this DSN, straight to the server "
+                        "(default: $AIOQUEUE_LISTEN_DSN; without one the worker polls)")
     # Set by the supervisor on its children.
     worker.add_argument("--supervised-by", type=int, default=None, help=argparse.SUPPRESS)
 
@@ -362,4 +370,10 @@ async def _dead(args: argparse.Namespace) -> int:
         print(f"{done} {len(ids)} dead job(s): {', '.join(map(str, ids))}")
     else:
         print(f"no dead jobs matched: nothing {done}")
+    missing = sorted(set(args.ids) - set(ids))
+    if missing:
+        # Named jobs that are not dead (missing, pending, running, archived): say so, and fail.
+        print(f"aioqueue: error: no dead job with id {', '.join(map(str, missing))}: it does not exist "
+              "or is not dead (see `aioqueue dead list`)", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_OK

@@ -45,6 +45,9 @@ class WorkerOptions(TypedDict, total=False):
     ping_interval: float
     name: str | None
     install_signal_handlers: bool
+    health_port: int | None
+    health_addr: str
+    unready_after: float
 
 
 def _cli(help: str, flag: str | None = None) -> dict[str, Any]:
@@ -135,6 +138,17 @@ class WorkerConfig:
     install_signal_handlers: bool = dataclasses.field(
         default=True, metadata=_cli("stop on SIGINT/SIGTERM (main thread only)")
     )
+    health_port: int | None = dataclasses.field(
+        default=None, metadata=_cli("serve /live and /ready probes on this port (0: any free port; "
+                                    "process i of N: PORT+i)", "--health-port")
+    )
+    health_addr: str = dataclasses.field(
+        default="0.0.0.0", metadata=_cli("the address health probes are served on", "--health-addr")
+    )
+    unready_after: float = dataclasses.field(
+        default=10.0, metadata=_cli("report unready once the database has not answered for this long",
+                                    "--unready-after")
+    )
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -176,6 +190,11 @@ class WorkerConfig:
             raise ConfigurationError(
                 f"worker option install_signal_handlers must be True or False, got {self.install_signal_handlers!r}"
             )
+        if self.health_port is not None:
+            _int("health_port", self.health_port, 0, 65535)
+        if not isinstance(self.health_addr, str) or not self.health_addr or len(self.health_addr) > 255:
+            raise ConfigurationError(f"worker option health_addr must be a host or address, got {self.health_addr!r}")
+        put(self, "unready_after", _seconds("unready_after", self.unready_after, low=0.0, high=3600.0))
         if self.name is None:
             put(self, "name", f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}")
         else:

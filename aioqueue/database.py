@@ -6,6 +6,12 @@ translate a missing schema into :class:`~aioqueue.SchemaNotReadyError`, opens th
 connections a listener needs, and runs migrations. It knows nothing of tasks or workers; the
 services (producer, completer, heartbeat, maintenance, operator calls) receive it instead of the
 ``Queue``.
+
+Behind a transaction-pooling proxy (PgBouncer ``pool_mode = transaction``, the poolers of hosted
+PostgreSQL) a session is not one server connection: named prepared statements vanish between
+transactions and notifications never arrive. With ``pooler`` set (or detected: the proxy hands
+out a backend pid that is not the server's) the pool uses unnamed statements only, and LISTEN
+goes to ``listen_dsn`` (straight to the server) or nowhere: the workers then poll.
 """
 
 from __future__ import annotations
@@ -68,6 +74,8 @@ class Database:
         pool_max_size: int = 10,
         connect_timeout: float = 10.0,
         connect_kwargs: dict[str, Any] | None = None,
+        pooler: bool | None = None,
+        listen_dsn: str | None = None,
     ) -> None:
         if dsn is None and pool is None:
             raise ConfigurationError("Queue needs a dsn or a pool")
@@ -88,7 +96,15 @@ class Database:
             raise ConfigurationError(f"connect_timeout must be seconds in (0, 3600], got {connect_timeout!r}")
         if connect_kwargs is not None and not isinstance(connect_kwargs, dict):
             raise ConfigurationError(f"connect_kwargs must be a dict, got {connect_kwargs!r}")
+        if pooler is not None and not isinstance(pooler, bool):
+            raise ConfigurationError(f"pooler must be True, False or None (detect), got {pooler!r}")
+        if listen_dsn is not None and not isinstance(listen_dsn, str):
+            raise ConfigurationError(f"listen_dsn must be a str such as 'postgresql://host/db', got {listen_dsn!r}")
         self.dsn = dsn
+        self.listen_dsn = listen_dsn
+        self.pooler = pooler
+        """Whether a transaction-pooling proxy stands between us and the server (None: not yet
+        known; :meth:`open` detects it for a pool it opens)."""
         self.schema = validate_schema(schema)
         self.queries: Queries = for_schema(self.schema)
         self.channels = Channels.for_schema(self.schema)
@@ -120,18 +136,56 @@ class Database:
                 return
             min_size, max_size = self._pool_sizes
             try:
+                if self.pooler is None:
+                    self.pooler = await self._behind_pooler()
                 self._pool = await asyncpg.create_pool(
                     self.dsn,
                     min_size=min_size,
                     max_size=max_size,
                     reset=_keep_session,
                     timeout=self._connect_timeout,
-                    **self._connect_kwargs,
+                    **self._pool_kwargs(),
                 )
             except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 raise ConnectError(
                     f"cannot connect to PostgreSQL at {describe_dsn(self.dsn)}: {type(exc).__name__}: {exc}"
                 ) from exc
+
+    def cap_pool(self, max_size: int) -> None:
+        """Hold at most ``max_size`` pooled connections (say, from ``aioqueue worker
+        --pool-max-size``); only before the pool opens."""
+        if not isinstance(max_size, int) or isinstance(max_size, bool) or not 1 <= max_size <= 10_000:
+            raise ConfigurationError(f"pool_max_size must be an int from 1 to 10000, got {max_size!r}")
+        if self._pool is not None:
+            raise AioqueueError("the pool is already open: cap it before it opens")
+        self._pool_sizes = (min(self._pool_sizes[0], max_size), max_size)
+
+    def _pool_kwargs(self) -> dict[str, Any]:
+        kwargs = dict(self._connect_kwargs)
+        if self.pooler:
+            # Unnamed statements live until the next Parse on the same server connection, and
+            # asyncpg sends Parse, Bind and Execute before one Sync: a pooler cannot split them.
+            kwargs.setdefault("statement_cache_size", 0)
+        return kwargs
+
+    async def _behind_pooler(self) -> bool:
+        """Whether ``dsn`` leads to a pooling proxy: PgBouncer and its kind answer the startup
+        with a cancel key of their own, so the pid the client saw is not the backend's."""
+        kwargs = {**self._connect_kwargs, "statement_cache_size": 0}
+        conn = await asyncpg.connect(self.dsn, timeout=self._connect_timeout, **kwargs)
+        try:
+            backend_pid = await conn.fetchval("SELECT pg_backend_pid()")
+            return bool(backend_pid != conn.get_server_pid())
+        finally:
+            await conn.close()
+
+    async def can_listen(self) -> bool:
+        """Whether LISTEN can work here: not through a pooler, unless ``listen_dsn`` bypasses it."""
+        if self.listen_dsn is not None:
+            return True
+        if self._pool is None:
+            await self.open()
+        return not self.pooler
 
     async def close(self) -> None:
         """Close the pool if this object opened it; a borrowed pool stays open."""
@@ -170,10 +224,12 @@ class Database:
 
     async def connect(self) -> Connection:
         """A connection outside the pool's rotation, for LISTEN: dedicated when there is a DSN,
-        else borrowed from the pool for good (give it back with :meth:`disconnect`)."""
-        if self.dsn is not None:
+        else borrowed from the pool for good (give it back with :meth:`disconnect`). With a
+        ``listen_dsn`` it connects there (past the pooler, to the server itself)."""
+        if self.listen_dsn is not None or self.dsn is not None:
+            kwargs = self._connect_kwargs if self.listen_dsn is not None else self._pool_kwargs()
             conn: Connection = await asyncpg.connect(
-                self.dsn, timeout=self._connect_timeout, **self._connect_kwargs
+                self.listen_dsn or self.dsn, timeout=self._connect_timeout, **kwargs
             )
             return conn
         if self._pool is None:

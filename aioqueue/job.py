@@ -39,20 +39,24 @@ class Job:
     max_attempts: int
     run_at: datetime.datetime
     created_at: datetime.datetime
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
+    """What the enqueuer's hooks attached (a trace context, say); never passed to the handler."""
 
     @classmethod
     def from_record(cls, row: asyncpg.Record) -> Job:
         """Build a claimed job from a row returned by the ``claim`` query."""
+        args = json.loads(row["args"])
         return cls(
             id=row["id"],
             queue=row["queue"],
             task=row["task"],
-            args=json.loads(row["args"]),
+            args=args,
             priority=row["priority"],
             attempt=row["attempts"],
             max_attempts=row["max_attempts"],
             run_at=row["run_at"],
             created_at=row["created_at"],
+            headers=(args.pop(HEADERS_KEY, None) or {}) if type(args) is dict else {},
         )
 
     @classmethod
@@ -88,7 +92,10 @@ def decode_claimed(rows: Sequence[asyncpg.Record]) -> tuple[list[Job], list[Unde
             args = None
         if args is not None and all(type(a) is dict for a in args):
             pairs = zip(rows, args, strict=True)
-            return [Job(i, q, t, a, p, n, m, r, c) for (i, q, t, _, p, n, m, r, c), a in pairs], []
+            return [
+                Job(i, q, t, a, p, n, m, r, c, a.pop(HEADERS_KEY, None) or {})
+                for (i, q, t, _, p, n, m, r, c), a in pairs
+            ], []
     good: list[Job] = []
     bad: list[Undecodable] = []
     for row in rows:
@@ -113,6 +120,9 @@ def _decode_error(exc: Exception) -> str:
         why = str(exc)
     return f"UndecodableArguments: the stored arguments cannot be decoded: {why} ({type(exc).__name__})"
 
+
+HEADERS_KEY = "__aioqueue_headers__"
+"""Where a job's headers ride in its stored arguments (no column of their own: no migration)."""
 
 _CLAIM_COLUMNS = ("id", "queue", "task", "args", "priority", "attempts", "max_attempts", "run_at", "created_at")
 

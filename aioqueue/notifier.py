@@ -52,7 +52,12 @@ class Notifier:
         self.channels[channel](str(payload))
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Listen until cancelled; report started after the first attempt to connect."""
+        """Listen until cancelled; report started after the first attempt to connect. Where LISTEN
+        cannot work (through a transaction pooler, with no ``listen_dsn``) report started and
+        wait: the callers' polls carry on alone."""
+        if not await self.db.can_listen():
+            task_status.started()
+            await anyio.sleep_forever()
         failures = 0
         started = False
         while True:

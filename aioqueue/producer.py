@@ -58,6 +58,7 @@ class Producer:
         self._due: float | None = None
         self._check_due = True
         self._woken = False
+        self._claim_started = time.monotonic()
         self.claims = claims if claims is not None else Claims()
         self.completer = completer
         self.on_lost = on_lost
@@ -216,7 +217,8 @@ class Producer:
         the poll."""
         try:
             async with self.db.connection() as conn:
-                seconds = await conn.fetchval(self.db.queries.next_wakeup, self.queues)
+                since = time.monotonic() - self._claim_started
+                seconds = await conn.fetchval(self.db.queries.next_wakeup, self.queues, since + 0.001)
         except Exception as exc:
             logger.warning("reading the next due time failed (%s: %s)", type(exc).__name__, exc)
             return
@@ -239,6 +241,7 @@ class Producer:
         queues' settings rows, so concurrent workers take turns and the limit holds.
         """
         self.statements += 1
+        self._claim_started = time.monotonic()
         q = self.db.queries
         wants = list(per_queue) if per_queue is not None else [limit] * len(self.queues)
         args = (self.queues, wants, self.worker_id, self.config.lease, limit)

@@ -180,14 +180,15 @@ WITH wanted AS (
 
 -- name: next_wakeup
 -- When the producer should look again without being told, in seconds from now (NULL: no
--- reason before its poll): the earliest pending job of the queues $1 that is not due yet, and,
+-- reason before its poll): the earliest pending job of the queues $1 that was not due when its
+-- last claim ran, $2 seconds ago (negative: due meanwhile, so look at once), and,
 -- for their rate-limited queues with ready jobs, when the oldest claim leaves the full window.
 WITH due AS (
     SELECT min(c.run_at) AS at
     FROM unnest($1::text[]) AS w(queue)
     CROSS JOIN LATERAL (
         SELECT j.run_at FROM {schema}.jobs AS j
-        WHERE j.status = 'pending' AND j.queue = w.queue AND j.run_at > now()
+        WHERE j.status = 'pending' AND j.queue = w.queue AND j.run_at > now() - make_interval(secs => $2)
         ORDER BY j.run_at
         LIMIT 1
     ) AS c

@@ -20,7 +20,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 import anyio
-from anyio.abc import Process
+from anyio.abc import Process, TaskGroup
+
+from . import stop_signals
 
 logger = logging.getLogger("aioqueue.supervisor")
 
@@ -128,15 +130,21 @@ class Supervisor:
     async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with anyio.create_task_group() as tg:
+                early = stop_signals.take()  # one that came while the command was starting
+                if early is not None:
+                    self._on_signal(early, tg)
                 async for signum in signals:
-                    name = signal.Signals(signum).name
-                    if not self._stopping.is_set():
-                        logger.info("%s: stopping %d worker processes gracefully (send again to "
-                                    "interrupt running jobs)", name, len(self.children))
-                        tg.start_soon(self._kill_after_timeout)
-                    else:
-                        logger.warning("%s again: asking worker processes to interrupt running jobs", name)
-                    self.stop()
+                    self._on_signal(signum, tg)
+
+    def _on_signal(self, signum: int, tg: TaskGroup) -> None:
+        name = signal.Signals(signum).name
+        if not self._stopping.is_set():
+            logger.info("%s: stopping %d worker processes gracefully (send again to "
+                        "interrupt running jobs)", name, len(self.children))
+            tg.start_soon(self._kill_after_timeout)
+        else:
+            logger.warning("%s again: asking worker processes to interrupt running jobs", name)
+        self.stop()
 
     async def _kill_after_timeout(self) -> None:
         await anyio.sleep(self.shutdown_timeout)

@@ -29,7 +29,8 @@ from .checks import (
 )
 from .connections import CallerConnection, Writer, writer_for
 from .errors import ConfigurationError, JobArgumentsError
-from .job import JobRef
+from .hooks import entered
+from .job import HEADERS_KEY, JobRef
 from .retry import Backoff
 
 if TYPE_CHECKING:
@@ -182,9 +183,14 @@ class Task(Generic[P, R]):
                 named[name] = value
         return named
 
-    def encode(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
-        """Check and serialise one call's arguments to the JSON text stored in the job."""
+    def encode(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> str:
+        """Check and serialise one call's arguments (and the hooks' headers, if any) to the JSON
+        text stored in the job."""
         named = self.bind_arguments(args, kwargs)
+        if headers:
+            named[HEADERS_KEY] = dict(headers)
         return payload.encode_args(self.name, named, self.app.max_payload_bytes)
 
     def arguments_problem(self, args: Mapping[str, Any]) -> str | None:
@@ -222,6 +228,11 @@ class NamedTask:
     def __repr__(self) -> str:
         return f"<NamedTask {self.name!r}>"
 
+    @property
+    def queue(self) -> str:
+        """The queue this task's jobs go to unless an enqueue says otherwise."""
+        return self.defaults.queue
+
     def options(
         self,
         *,
@@ -240,11 +251,13 @@ class NamedTask:
         )
         return Enqueuer(self, opts, _writer(self.name, conn))
 
-    def encode(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+    def encode(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> str:
         """Check and serialise a JSON object of keyword arguments (the signature too, when the
-        task is registered in this process)."""
+        task is registered in this process), with the hooks' headers if any."""
         if self._local is not None:
-            return self._local.encode(args, kwargs)
+            return self._local.encode(args, kwargs, headers)
         if args:
             raise JobArgumentsError(f"task {self.name!r}: arguments by name are keyword arguments only")
         for name in kwargs:
@@ -252,7 +265,10 @@ class NamedTask:
                 raise JobArgumentsError(
                     f"task {self.name!r}: argument names must be str, got {name!r}; the arguments are a JSON object"
                 )
-        return payload.encode_args(self.name, dict(kwargs), self.app.max_payload_bytes)
+        named = dict(kwargs)
+        if headers:
+            named[HEADERS_KEY] = dict(headers)
+        return payload.encode_args(self.name, named, self.app.max_payload_bytes)
 
 
 def checked_options(
@@ -306,9 +322,10 @@ class Enqueuer(Generic[P, R]):
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
         """Store one job; return its id (the live job's id when its dedup key is taken)."""
-        text = self.task.encode(args, kwargs)
         app = self.task.app
-        return JobRef(await enqueue.insert_one(app.database, self.task, self.opts, text, self.conn), app)
+        with entered(app.enqueue_hooks, self.task, 1) as headers:
+            text = self.task.encode(args, kwargs, headers)
+            return JobRef(await enqueue.insert_one(app.database, self.task, self.opts, text, self.conn), app)
 
     async def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[JobRef]:
         """Store one job per mapping of keyword arguments in one statement; return their ids.
@@ -316,11 +333,13 @@ class Enqueuer(Generic[P, R]):
         Every job gets these options; a dedup key cannot be shared by many jobs, so ``key``
         is refused here.
         """
-        texts = self._encode_many(items)
-        if not texts:
-            return []
+        calls = list(items)
         app = self.task.app
-        ids = await enqueue.insert_many(app.database, self.task, self.opts, texts, None, self.conn)
+        with entered(app.enqueue_hooks, self.task, len(calls)) as headers:
+            texts = self._encode_many(calls, headers)
+            if not texts:
+                return []
+            ids = await enqueue.insert_many(app.database, self.task, self.opts, texts, None, self.conn)
         return [JobRef(job_id, app) for job_id in ids]
 
     def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> int:
@@ -337,7 +356,9 @@ class Enqueuer(Generic[P, R]):
             return []
         return enqueue.insert_many_sync(self.task.app.database, self.task, self.opts, texts, self.conn)
 
-    def _encode_many(self, items: Iterable[Mapping[str, Any]]) -> list[str]:
+    def _encode_many(
+        self, items: Iterable[Mapping[str, Any]], headers: Mapping[str, str] | None = None
+    ) -> list[str]:
         if self.opts.key is not None:
             raise ConfigurationError(
                 f"task {self.task.name!r}: enqueue_many cannot give one dedup key to many jobs"
@@ -350,7 +371,7 @@ class Enqueuer(Generic[P, R]):
                     f"{type(item).__name__}, not a mapping of keyword arguments"
                 )
             try:
-                texts.append(self.task.encode((), item))
+                texts.append(self.task.encode((), item, headers))
             except JobArgumentsError as exc:
                 raise type(exc)(f"item {i} of enqueue_many: {exc}") from None
         return texts

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Unpack
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
+from . import stop_signals
 from .claims import ClaimKey, Claims
 from .completer import Completer
 from .config import WorkerConfig, WorkerOptions
 from .errors import ConfigurationError
 from .executor import Executor, Interrupt
+from .health import Health
 from .job import Job
 from .lease import Heartbeat
 from .maintenance import Maintenance
@@ -76,7 +78,9 @@ class Worker:
         self.maintenance: Maintenance | None = None
         self.scheduler: Scheduler | None = None
         self.registry: WorkerRegistry | None = None
+        self.health: Health | None = None
         self.claims = Claims()
+        self._serving = False
         self._stop = False
         self._running = False
 
@@ -146,6 +150,10 @@ class Worker:
 
     async def _serve(self, burst: bool) -> None:
         cfg, db = self.config, self.app.database
+        if cfg.listen and not burst and not await db.can_listen():
+            logger.warning("LISTEN cannot pass a transaction pooler: polling every %.1fs (set listen_dsn "
+                           "to a DSN straight to the server to be woken at once)", cfg.poll_interval)
+            cfg = dataclasses.replace(cfg, listen=False)
         queues = list(cfg.queues or sorted({t.queue for t in self.app.tasks.values()}))
         if not queues:
             raise ConfigurationError("the worker has no queues: register a task or pass queues=[...]")
@@ -192,11 +200,17 @@ class Worker:
                     services.start_soon(self.scheduler.run)
                 if cfg.install_signal_handlers and threading.current_thread() is threading.main_thread():
                     services.start_soon(self._watch_signals)
+                if cfg.health_port is not None:
+                    self.health = Health(db, self._services_state, port=cfg.health_port, host=cfg.health_addr,
+                                         unready_after=cfg.unready_after)
+                    await services.start(self.health.run)
+                self._serving = True
                 logger.info("worker %s started: queues=%s concurrency=%d", self.name, ",".join(queues),
                             cfg.concurrency)
                 try:
                     await self._work(producer, executor, completer, burst)
                 finally:
+                    self._serving = False
                     services.cancel_scope.cancel()
         finally:
             await self._final_flush(completer)
@@ -268,6 +282,14 @@ class Worker:
             logger.error("handlers ignored cancellation; abandoning them to the lease")
             runners.cancel()
 
+    def _services_state(self) -> str | None:
+        """None while the worker's services run and it claims; else what it is doing instead."""
+        if not self._serving:
+            return "stopped"
+        if self._stop:
+            return "stopping"
+        return None
+
     def _lost(self, claim: ClaimKey) -> None:
         """The lease of ``claim`` is lost (reaped, or the job claimed again): stop its handler."""
         if self.executor is not None:
@@ -301,6 +323,10 @@ class Worker:
 
     async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            early = stop_signals.take()  # one that came while the command was starting
+            if early is not None:
+                logger.info("%s came while starting: stopping", signal.Signals(early).name)
+                self.stop()
             async for signum in signals:
                 if not self._stop:
                     logger.info("%s: stopping gracefully (send again to interrupt running jobs)",

@@ -6,6 +6,7 @@ environment, never on its public command line)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import logging
@@ -114,22 +115,36 @@ def _configure(queue: Queue, args: argparse.Namespace) -> None:
         queue.dsn = args.dsn
     elif queue.dsn is None and not queue.database.is_open:
         queue.dsn = resolve_dsn(args)
+    if getattr(args, "pool_max_size", None) is not None:
+        queue.database.cap_pool(args.pool_max_size)
+    listen_dsn = getattr(args, "listen_dsn", None) or os.environ.get(_LISTEN_DSN)
+    if listen_dsn:
+        queue.database.listen_dsn = listen_dsn
 
 
 #: Where a supervisor hands its children their configuration and DSN (never in argv, which is
 #: public: a DSN may hold a password).
 _CHILD_CONFIG = "AIOQUEUE_WORKER_CONFIG"
 _CHILD_DSN = "AIOQUEUE_WORKER_DSN"
+#: Where LISTEN goes past a transaction pooler (``--listen-dsn``); children inherit it.
+_LISTEN_DSN = "AIOQUEUE_LISTEN_DSN"
 
 
 def _worker_config(args: argparse.Namespace) -> WorkerConfig:
     if args.supervised_by is not None and os.environ.get(_CHILD_CONFIG):
-        return WorkerConfig.from_json(os.environ[_CHILD_CONFIG])
+        config = WorkerConfig.from_json(os.environ[_CHILD_CONFIG])
+        if args.health_port is not None:  # each child probes on a port of its own
+            config = WorkerConfig.from_options({"health_port": args.health_port}, base=config)
+        return config
     return WorkerConfig.from_options(worker_options(args))
 
 
 def run_worker_command(args: argparse.Namespace) -> int:
     """``aioqueue worker``: one worker in this process, or a supervisor of N processes."""
+    targets: list[str] = list(args.target) if isinstance(args.target, list) else [args.target]
+    if len(targets) > 1:
+        return _run_several(targets, args)
+    args.target = targets[0]
     queue = load_queue(args.target)
     _configure(queue, args)
     config = _worker_config(args)  # bad options fail here, once, before any child starts
@@ -142,6 +157,8 @@ def run_worker_command(args: argparse.Namespace) -> int:
     env = {**os.environ, _CHILD_CONFIG: config.to_json()}
     if queue.dsn:
         env[_CHILD_DSN] = queue.dsn
+    if queue.database.listen_dsn:
+        env[_LISTEN_DSN] = queue.database.listen_dsn
     supervisor = Supervisor(
         lambda slot: _child_command(args, slot),
         args.processes,
@@ -156,11 +173,64 @@ async def _check_schema(queue: Queue) -> None:
         await queue.check_schema()
 
 
-def _child_command(args: argparse.Namespace, slot: int) -> list[str]:
+def _run_several(targets: list[str], args: argparse.Namespace) -> int:
+    """Serve several Queues (each in its own database) from one process, or from each of N."""
+    refused = [flag for flag, value in (("--dsn", getattr(args, "dsn", None)), ("--health-port", args.health_port),
+                                        ("--listen-dsn", args.listen_dsn)) if value is not None]
+    if refused:
+        raise UsageError(f"{', '.join(refused)} take(s) one target: with several, each Queue names its own database")
+    queues = [load_queue(target) for target in targets]
+    for queue in queues:
+        if queue.dsn is None and not queue.database.is_open:
+            raise UsageError("with several targets every Queue needs a DSN of its own: Queue(dsn=...)")
+        if args.pool_max_size is not None:
+            queue.database.cap_pool(args.pool_max_size)
+    config = _worker_config(args)
+    if args.processes == 1:
+        return run_async(_work_several, queues, config, args)
+    from .supervisor import Supervisor
+
+    for queue in queues:
+        run_async(_check_schema, queue)
+    def command(slot: int) -> list[str]:
+        line = _child_command(args, slot, targets[0])
+        at = line.index(targets[0]) + 1
+        return [*line[:at], *targets[1:], *line[at:]]
+
+    supervisor = Supervisor(command, args.processes, shutdown_timeout=config.grace_period + 30.0,
+                            env={**os.environ, _CHILD_CONFIG: config.to_json()})
+    return run_async(supervisor.run)
+
+
+async def _work_several(queues: list[Queue], config: WorkerConfig, args: argparse.Namespace) -> int:
+    from .worker_group import run_workers
+
+    options = {**_as_options(config), "install_signal_handlers": False}
+    options.pop("name")  # each worker names itself
+    workers = [queue.worker(**options) for queue in queues]
+    metrics = _serve_metrics(queues[0], args)
+    async with contextlib.AsyncExitStack() as stack:
+        for queue in queues:
+            if metrics is not None and queue is not queues[0]:
+                queue.use(metrics)
+            await stack.enter_async_context(queue)
+        async with anyio.create_task_group() as tg:
+            if metrics is not None:
+                for queue in queues:
+                    tg.start_soon(metrics.poll, queue)
+            if args.supervised_by is not None:
+                for worker in workers:
+                    tg.start_soon(_stop_when_orphaned, args.supervised_by, worker)
+            await run_workers(workers)
+            tg.cancel_scope.cancel()
+    return EXIT_OK
+
+
+def _child_command(args: argparse.Namespace, slot: int, target: str | None = None) -> list[str]:
     """A child's command line: the target and where it reports; its worker configuration and
     DSN travel in the environment (``AIOQUEUE_WORKER_CONFIG``, ``AIOQUEUE_WORKER_DSN``)."""
     command = [
-        sys.executable, "-m", "aioqueue", "worker", args.target,
+        sys.executable, "-m", "aioqueue", "worker", target or args.target,
         "--log-level", str(getattr(args, "log_level", None) or "INFO"),
         "--supervised-by", str(os.getpid()),
     ]
@@ -168,6 +238,10 @@ def _child_command(args: argparse.Namespace, slot: int) -> list[str]:
         command += ["--schema", args.schema]
     if args.metrics_port is not None:
         command += ["--metrics-port", str(args.metrics_port + slot), "--metrics-addr", args.metrics_addr]
+    if args.health_port:
+        command += ["--health-port", str(args.health_port + slot)]
+    if args.pool_max_size is not None:
+        command += ["--pool-max-size", str(args.pool_max_size)]
     return command
 
 

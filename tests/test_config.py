@@ -31,6 +31,9 @@ BOUNDS: list[tuple[str, list[Any], Any]] = [
     ("ping_interval", [0, -1, 3601, "5"], 3600),
     ("name", ["", "x" * 256, "a\x00b", 5], "worker-1"),
     ("install_signal_handlers", [1, "no", None], False),
+    ("health_port", [-1, 65536, 80.0, True, "8080"], 65535),
+    ("health_addr", ["", None, 5, "x" * 256], "::"),
+    ("unready_after", [0, -1, 3601, float("nan"), "10"], 3600),
 ]
 
 
