@@ -119,7 +119,8 @@ async def test_a_sparse_filter_reads_the_bound_and_says_so(
     monkeypatch.setattr("aioqueue.admin.PAGE_SCAN", 20)
     page = await q.admin.list_jobs(JobFilter(status="pending", task=encode.name), limit=5)
     assert [j["id"] for j in page.jobs] == [rare[1]] and page.searched == 20 and page.next_before
-    seen, before = [j["id"] for j in page.jobs], page.next_before
+    seen = [j["id"] for j in page.jobs]
+    before: int | None = page.next_before
     while before is not None:
         more = await q.admin.list_jobs(JobFilter(status="pending", task=encode.name), before=before, limit=5)
         seen, before = seen + [j["id"] for j in more.jobs], more.next_before
