@@ -40,8 +40,11 @@ JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "running", "dead", "succeeded"
 BulkAction = Literal["retry", "cancel", "delete"]
 #: Jobs succeeded per minute: (minute, count), oldest first.
 Series = list[tuple[datetime.datetime, int]]
-#: How many candidate rows a containment search reads per page, at most.
-ARGS_SCAN = 5000
+#: How many rows a listing page reads, at most, looking for jobs that match its filter. A page
+#: of pending jobs walks the primary key (no index lists them: an enqueue would pay for it), so
+#: a filter that matches few of them (a rare task, an arguments search) shows what this many
+#: rows held and offers to go on from there.
+PAGE_SCAN = 5000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -67,10 +70,15 @@ class JobFilter:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class JobPage:
-    """One page of a job listing, and the keyset to pass as ``before`` for the next (None: last)."""
+    """One page of a job listing, and the keyset to pass as ``before`` for the next (None: last).
+
+    ``searched`` is set when the page came up short because it read as many rows as a page
+    reads (:data:`PAGE_SCAN`): how many it read; the next page goes on from there.
+    """
 
     jobs: list[dict[str, Any]]
     next_before: int | None
+    searched: int | None = None
 
 
 class Admin:
@@ -112,14 +120,15 @@ class Admin:
     async def list_jobs(self, where: JobFilter, *, before: int | None = None, limit: int = 50) -> JobPage:
         """Return a page of jobs matching ``where``, newest first, with ids below ``before``.
 
-        Pages by keyset (the id), never by offset. With an ``args`` filter a page reads at most
-        a few thousand candidate rows, so a page may hold fewer than ``limit`` jobs and still
-        have a next one.
+        Pages by keyset (the id), never by offset. A page reads at most :data:`PAGE_SCAN` rows
+        (or ``limit``, if more): pending jobs are read from the primary key, newest first, and
+        filtered, so a filter that matches few of them (or an ``args`` filter) may give a page
+        of fewer than ``limit`` jobs that still has a next one (``searched`` says so).
         """
         check_limit("limit", limit, 1, 1000)
         if before is not None:
             before = check_job_id(before)
-        scan = limit if where.args is None else max(limit, ARGS_SCAN)
+        scan = rows_to_read(where, limit)
         statement = {
             "running": self.db.queries.list_running_jobs,
             "succeeded": self.db.queries.list_archived_jobs,
@@ -131,12 +140,11 @@ class Admin:
         jobs = [_listed(r) for r in rows if r["id"] is not None]
         scanned, scanned_to = (rows[0]["scanned"], rows[0]["scanned_to"]) if rows else (0, None)
         if len(jobs) == limit:
-            next_before: int | None = jobs[-1]["id"]
-        elif scanned == scan and scanned_to is not None:
-            next_before = int(scanned_to)  # a sparse search: go on from where this read stopped
-        else:
-            next_before = None
-        return JobPage(jobs, next_before)
+            return JobPage(jobs, jobs[-1]["id"])
+        if scanned == scan and scanned_to is not None:
+            # A sparse search: go on from where this read stopped.
+            return JobPage(jobs, int(scanned_to), searched=int(scanned))
+        return JobPage(jobs, None)
 
     async def job_detail(self, job_id: int) -> dict[str, Any] | None:
         """Return everything stored about a job, live or archived: ``get_job``'s fields plus its
@@ -341,6 +349,18 @@ class Admin:
             if info is None or info.status in ("succeeded", "dead", "cancelled"):
                 return info
             await wake.wait(poll_interval)
+
+
+def rows_to_read(where: JobFilter, limit: int) -> int:
+    """How many candidate rows a listing page of ``limit`` jobs reads at most: ``limit`` when
+    its index holds exactly the jobs ``where`` matches (dead or archived jobs filtered by queue
+    or by task, not both; running jobs), else :data:`PAGE_SCAN` (pending jobs, read from the
+    primary key; a second filter; arguments). The page stops reading once it has ``limit``
+    jobs either way; an exact bound keeps the planner on the index's order."""
+    exact = where.args is None and (
+        where.status == "running" or (where.status != "pending" and (where.queue is None or where.task is None))
+    )
+    return limit if exact else max(limit, PAGE_SCAN)
 
 
 def _select_dead(ids: Iterable[int] | None, queue: str | None, all: bool) -> list[int] | None:

@@ -628,23 +628,34 @@ SET LOCAL jit = off;
 -- name: queue_overview
 -- The dashboard's queues page: every queue that has jobs, settings or recent throughput (and
 -- the queues $1), with counts bounded at $2 so that a deep backlog costs a bounded number of
--- index entries, never a scan. The queues with jobs come from a skip scan of
--- jobs_list_queue_idx (one probe per queue); each queue's pending priorities from a skip scan
--- of jobs_ready_idx, so that ready (run_at <= now) and scheduled are range reads of that index
--- per priority, and the oldest ready job is the first entry of a priority. Each bounded count
--- is ordered as its index is, so that no plan prefers a scan that a LIMIT would cut short only
--- when rows match early (a count of none would read the whole table).
-WITH RECURSIVE listed(queue) AS (
-    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.status <> 'running' ORDER BY j.queue LIMIT 1)
+-- index entries, never a scan. The queues with pending jobs come from a skip scan of
+-- jobs_ready_idx, those with dead jobs from one of jobs_dead_idx (one probe per queue each);
+-- each queue's pending priorities from a skip scan of jobs_ready_idx, so that ready (run_at <=
+-- now) and scheduled are range reads of that index per priority, and the oldest ready job is
+-- the first entry of a priority. Each bounded count is ordered as its index is, so that no plan
+-- prefers a scan that a LIMIT would cut short only when rows match early (a count of none would
+-- read the whole table).
+WITH RECURSIVE with_pending(queue) AS (
+    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.status = 'pending' ORDER BY j.queue LIMIT 1)
     UNION ALL
     SELECT (SELECT j.queue FROM {schema}.jobs AS j
-            WHERE j.status <> 'running' AND j.queue > l.queue
+            WHERE j.status = 'pending' AND j.queue > l.queue
             ORDER BY j.queue LIMIT 1)
-    FROM listed AS l
+    FROM with_pending AS l
+    WHERE l.queue IS NOT NULL
+),
+with_dead(queue) AS (
+    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.status = 'dead' ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM {schema}.jobs AS j
+            WHERE j.status = 'dead' AND j.queue > l.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM with_dead AS l
     WHERE l.queue IS NOT NULL
 ),
 names AS (
-    SELECT l.queue FROM listed AS l WHERE l.queue IS NOT NULL
+    SELECT l.queue FROM with_pending AS l WHERE l.queue IS NOT NULL
+    UNION SELECT l.queue FROM with_dead AS l WHERE l.queue IS NOT NULL
     UNION SELECT r.queue FROM {schema}.jobs AS r WHERE r.status = 'running'
     UNION SELECT s.name FROM {schema}.queues AS s
     UNION SELECT st.queue FROM {schema}.queue_stats AS st
@@ -717,80 +728,122 @@ ORDER BY s.queue, s.minute;
 j.id, j.queue, j.task, j.args::text AS args, j.status, j.priority, j.attempts, j.max_attempts,
 j.run_at, j.created_at, left(j.last_error, 500) AS last_error
 
--- name: list_jobs
--- A page of pending or dead jobs (status $1), newest first, after keyset $4 (an id; NULL: the
--- top), optionally of queue $2, task $3, with arguments containing $5. At most $6 rows are read
--- (the candidates: jobs_list_*_idx keeps them in id order), of which the first $7 that match
--- are returned; `scanned` and `scanned_to` say how far the read went, so a caller continues a
--- sparse containment search from there. The one-row `s` keeps that summary when nothing matched.
--- `j.status <> 'running'` is written out so the partial indexes apply to any plan.
-WITH candidates AS MATERIALIZED (
-    SELECT j.id, j.args
-    FROM {schema}.jobs AS j
-    WHERE j.status <> 'running' AND j.status = $1
-      AND ($2::text IS NULL OR j.queue = $2)
-      AND ($3::text IS NULL OR j.task = $3)
-      AND ($4::bigint IS NULL OR j.id < $4)
-    ORDER BY j.id DESC
-    LIMIT $6
-),
-matched AS (
+-- fragment: page_of_candidates
+-- The rest of a listing, after its `candidates` (at most $6 rows, newest first, read through
+-- an index that matches them exactly or, for pending jobs, the primary key): the first $7 that
+-- match the filters left (`matched`, which reads the candidates only as far as it needs), and
+-- the page's jobs by primary key. `scanned` and `scanned_to` say how far the read went when the
+-- page came up short (then every candidate was read; otherwise they are 0 and NULL, and nothing
+-- more is read), so a caller continues a sparse search from there. The one-row `s` keeps that
+-- summary when nothing matched. No ORDER BY over the candidates: they come out of their
+-- (single, ordered) index scan newest first, and a sort would read all $6.
+matched AS MATERIALIZED (
     SELECT c.id FROM candidates AS c
-    WHERE $5::jsonb IS NULL OR c.args @> $5::jsonb
-    ORDER BY c.id DESC
+    WHERE c.status = $1
+      AND ($2::text IS NULL OR c.queue = $2)
+      AND ($3::text IS NULL OR c.task = $3)
+      AND ($5::jsonb IS NULL OR c.args @> $5::jsonb)
     LIMIT $7
+),
+s AS (
+    SELECT count(*) AS scanned, min(c.id) AS scanned_to FROM candidates AS c
+    WHERE (SELECT count(*) FROM matched) < $7
 )
+
+-- name: list_jobs
+-- A page of pending or dead jobs (status $1), newest first, below keyset $4 (an id; NULL: the
+-- top), optionally of queue $2, task $3, with arguments containing $5 (see page_of_candidates).
+-- Pending jobs have no listing index (an enqueue pays for none): their candidates are the
+-- newest $6 rows of the primary key, whatever their status, filtered after. Dead jobs are read
+-- through the dead-only index that matches the filter (queue: jobs_dead_idx; else task:
+-- jobs_dead_task_idx; else jobs_dead_list_idx). One branch runs; the others stop at their
+-- one-time filter. The keyset is `id < coalesce($4, max)`, an index condition in any plan.
+WITH candidates AS MATERIALIZED (
+    (SELECT j.id, j.status, j.queue, j.task, j.args
+     FROM {schema}.jobs AS j
+     WHERE $1::text = 'pending' AND j.id < coalesce($4::bigint, 9223372036854775807)
+     ORDER BY j.id DESC
+     LIMIT $6)
+    UNION ALL
+    (SELECT j.id, j.status, j.queue, j.task, j.args
+     FROM {schema}.jobs AS j
+     WHERE $1::text = 'dead' AND j.status = 'dead' AND j.queue = $2
+       AND j.id < coalesce($4::bigint, 9223372036854775807)
+     ORDER BY j.id DESC
+     LIMIT $6)
+    UNION ALL
+    (SELECT j.id, j.status, j.queue, j.task, j.args
+     FROM {schema}.jobs AS j
+     WHERE $1::text = 'dead' AND $2::text IS NULL AND j.status = 'dead' AND j.task = $3
+       AND j.id < coalesce($4::bigint, 9223372036854775807)
+     ORDER BY j.id DESC
+     LIMIT $6)
+    UNION ALL
+    (SELECT j.id, j.status, j.queue, j.task, j.args
+     FROM {schema}.jobs AS j
+     WHERE $1::text = 'dead' AND $2::text IS NULL AND $3::text IS NULL AND j.status = 'dead'
+       AND j.id < coalesce($4::bigint, 9223372036854775807)
+     ORDER BY j.id DESC
+     LIMIT $6)
+),
+{page_of_candidates}
 SELECT s.scanned, s.scanned_to, {listed_columns}, j.locked_by, NULL::timestamptz AS finished_at
-FROM (SELECT count(*) AS scanned, min(c.id) AS scanned_to FROM candidates AS c) AS s
+FROM s
 LEFT JOIN (matched AS m JOIN {schema}.jobs AS j ON j.id = m.id) ON true
 ORDER BY j.id DESC;
 
 -- name: list_running_jobs
--- list_jobs for running jobs: few (at most the workers' slots), read through jobs_lease_idx.
+-- list_jobs for running jobs: few (at most the workers' slots), read through jobs_lease_idx
+-- and sorted.
 WITH candidates AS MATERIALIZED (
-    SELECT j.id, j.args
+    SELECT j.id, j.status, j.queue, j.task, j.args
     FROM {schema}.jobs AS j
     WHERE j.status = 'running'
       AND ($2::text IS NULL OR j.queue = $2)
       AND ($3::text IS NULL OR j.task = $3)
-      AND ($4::bigint IS NULL OR j.id < $4)
+      AND j.id < coalesce($4::bigint, 9223372036854775807)
       AND $1::text = 'running'
     ORDER BY j.id DESC
     LIMIT $6
 ),
-matched AS (
-    SELECT c.id FROM candidates AS c
-    WHERE $5::jsonb IS NULL OR c.args @> $5::jsonb
-    ORDER BY c.id DESC
-    LIMIT $7
-)
+{page_of_candidates}
 SELECT s.scanned, s.scanned_to, {listed_columns}, j.locked_by, NULL::timestamptz AS finished_at
-FROM (SELECT count(*) AS scanned, min(c.id) AS scanned_to FROM candidates AS c) AS s
+FROM s
 LEFT JOIN (matched AS m JOIN {schema}.jobs AS j ON j.id = m.id) ON true
 ORDER BY j.id DESC;
 
 -- name: list_archived_jobs
--- list_jobs over the archive: succeeded or cancelled jobs (status $1).
+-- list_jobs over the archive: succeeded or cancelled jobs (status $1), read through the
+-- jobs_done index that matches the filter (queue: jobs_done_list_queue_idx; else task:
+-- jobs_done_list_task_idx; else jobs_done_list_status_idx); a task filter with a queue one
+-- is applied to the candidates.
 WITH candidates AS MATERIALIZED (
-    SELECT d.id, d.args
-    FROM {schema}.jobs_done AS d
-    WHERE d.status = $1
-      AND ($2::text IS NULL OR d.queue = $2)
-      AND ($3::text IS NULL OR d.task = $3)
-      AND ($4::bigint IS NULL OR d.id < $4)
-    ORDER BY d.id DESC
-    LIMIT $6
+    (SELECT d.id, d.status, d.queue, d.task, d.args
+     FROM {schema}.jobs_done AS d
+     WHERE d.status = $1 AND d.queue = $2
+       AND d.id < coalesce($4::bigint, 9223372036854775807)
+     ORDER BY d.id DESC
+     LIMIT $6)
+    UNION ALL
+    (SELECT d.id, d.status, d.queue, d.task, d.args
+     FROM {schema}.jobs_done AS d
+     WHERE $2::text IS NULL AND d.status = $1 AND d.task = $3
+       AND d.id < coalesce($4::bigint, 9223372036854775807)
+     ORDER BY d.id DESC
+     LIMIT $6)
+    UNION ALL
+    (SELECT d.id, d.status, d.queue, d.task, d.args
+     FROM {schema}.jobs_done AS d
+     WHERE $2::text IS NULL AND $3::text IS NULL AND d.status = $1
+       AND d.id < coalesce($4::bigint, 9223372036854775807)
+     ORDER BY d.id DESC
+     LIMIT $6)
 ),
-matched AS (
-    SELECT c.id FROM candidates AS c
-    WHERE $5::jsonb IS NULL OR c.args @> $5::jsonb
-    ORDER BY c.id DESC
-    LIMIT $7
-)
+{page_of_candidates}
 SELECT s.scanned, s.scanned_to, j.id, j.queue, j.task, j.args::text AS args, j.status, j.priority,
        j.attempts, j.attempts AS max_attempts, j.created_at AS run_at, j.created_at,
        NULL::text AS last_error, NULL::text AS locked_by, j.finished_at
-FROM (SELECT count(*) AS scanned, min(c.id) AS scanned_to FROM candidates AS c) AS s
+FROM s
 LEFT JOIN (matched AS m JOIN {schema}.jobs_done AS j ON j.id = m.id) ON true
 ORDER BY j.id DESC;
 

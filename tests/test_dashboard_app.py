@@ -106,6 +106,33 @@ async def test_user_data_is_escaped_everywhere(
         assert "<script>alert" not in response.text
 
 
+async def test_a_sparse_filter_reads_the_bound_and_says_so(
+    q: aioqueue.Queue, tasks: dict[str, aioqueue.Task[..., None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pending jobs are read from the primary key: a page whose filter matches few of them reads
+    at most PAGE_SCAN rows (20 here), shows what they held, says so and goes on from there."""
+    send, encode = tasks["send"], tasks["encode"]
+    rare = [await encode.enqueue(n=0)]
+    await send.enqueue_many([{"to": "a@x", "n": i} for i in range(30)])
+    rare.append(await encode.enqueue(n=1))
+    await send.enqueue_many([{"to": "a@x", "n": i} for i in range(10)])
+    monkeypatch.setattr("aioqueue.admin.PAGE_SCAN", 20)
+    page = await q.admin.list_jobs(JobFilter(status="pending", task=encode.name), limit=5)
+    assert [j["id"] for j in page.jobs] == [rare[1]] and page.searched == 20 and page.next_before
+    seen = [j["id"] for j in page.jobs]
+    before: int | None = page.next_before
+    while before is not None:
+        more = await q.admin.list_jobs(JobFilter(status="pending", task=encode.name), before=before, limit=5)
+        seen, before = seen + [j["id"] for j in more.jobs], more.next_before
+    assert seen == [rare[1], rare[0]]  # every match once, newest first
+    async with client_for(create_app(q, page_size=5)) as client:
+        text = (await client.get("/jobs", params={"task": encode.name})).text
+        assert "This page read 20 jobs, the most a page reads, and shows the 1 that match" in text
+        assert re.search(r'rel="next" href="[^"]+before=', text)
+        full = (await client.get("/jobs")).text
+        assert "the most a page reads" not in full  # a full page says nothing of the kind
+
+
 async def test_filters_and_keyset_pages(
     q: aioqueue.Queue, tasks: dict[str, aioqueue.Task[..., None]], db: asyncpg.Connection
 ) -> None:

@@ -187,7 +187,7 @@ class Dashboard:
                 return RedirectResponse(request.url_for("job", job_id=int(job_id)).path, 303)
             error = f"a job id is a whole number from 1 to 2**63-1, not {job_id!r}"
             return self.render(request, "jobs.html", 400, nav=nav, filters=dict(params), jobs=[],
-                               next_before=None, error=error, status=default_status)
+                               next_before=None, searched=None, error=error, status=default_status)
         filters = {k: params.get(k, "").strip() for k in ("status", "queue", "task", "args")}
         filters["status"] = filters["status"] or default_status
         try:
@@ -196,9 +196,10 @@ class Dashboard:
             page = await self.admin.list_jobs(where, before=before, limit=self.page_size)
         except ConfigurationError as exc:
             return self.render(request, "jobs.html", 400, nav=nav, filters=filters, jobs=[],
-                               next_before=None, error=str(exc), status=filters["status"])
+                               next_before=None, searched=None, error=str(exc), status=filters["status"])
         return self.render(request, "jobs.html", nav=nav, filters=filters, jobs=page.jobs,
-                           next_before=page.next_before, error="", status=where.status)
+                           next_before=page.next_before, searched=page.searched, error="",
+                           status=where.status)
 
     async def job_page(self, request: Request) -> Response:
         await self._who(request, "view")
