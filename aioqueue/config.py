@@ -115,7 +115,9 @@ class WorkerConfig:
         default=None, metadata=_cli("most jobs one claim takes (default: concurrency + prefetch)", "--batch-size")
     )
     prefetch: int = dataclasses.field(
-        default=0, metadata=_cli("jobs claimed ahead of free slots, buffered in the worker", "--prefetch")
+        default=1000,
+        metadata=_cli("most jobs claimed ahead of free slots (adaptive: about one claim round trip's worth "
+                      "at the rate jobs finish; 0: off)", "--prefetch"),
     )
     completion_batch: int = dataclasses.field(
         default=1000, metadata=_cli("most outcomes written in one statement", "--completion-batch")
