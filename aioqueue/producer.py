@@ -295,7 +295,7 @@ class Producer:
         self.statements += 1
         q = self.db.queries
         wants = list(per_queue) if per_queue is not None else [limit] * len(self.queues)
-        args = (self.queues, wants, self.worker_id, self.config.lease, limit)
+        args = (self.queues, wants, self.worker_id, self.config.lease, limit, self.config.commit_mode)
         async with self.db.connection() as conn:
             now = time.monotonic()
             if now - self._limits_read_at >= self.limits_refresh:
@@ -325,7 +325,7 @@ class Producer:
         await conn.execute(
             self.db.queries.fail, [b.id for b in bad], [b.attempt for b in bad], [b.error for b in bad],
             [None] * n, [True] * n, [0.0] * n, [1.0] * n, [0.0] * n, [0.0] * n,
-            self.db.channels.jobs, self.db.channels.due, self.db.channels.done,
+            self.db.channels.jobs, self.db.channels.due, self.db.channels.done, self.config.commit_mode,
         )
         self.buried += n
         for b in bad:

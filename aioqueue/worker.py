@@ -154,6 +154,7 @@ class Worker:
             interval=cfg.completion_interval,
             max_backlog=max(cfg.completion_batch * 4, cfg.concurrency * 2),
             on_written=claims.release,
+            commit_mode=cfg.commit_mode,
         )
         executor = self.executor = Executor(self.app.tasks, self.app.middleware, completer)
         producer = self.producer = Producer(
