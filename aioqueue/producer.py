@@ -45,11 +45,11 @@ class Prefetch:
     slower to fall.
     """
 
-    MARGIN = 2.0
+    MARGIN = 4.0
     """Buffer this many round trips' worth of work: the estimates are noisy and claims vary."""
     SAMPLE = 0.01
     """Shortest span (seconds) of one rate sample."""
-    RISE = 0.05
+    RISE = 0.02
     FALL = 0.5
     """Time constants (seconds) of the rate's average when it rises and when it falls."""
 

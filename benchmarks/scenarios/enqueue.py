@@ -11,6 +11,8 @@ from common import Measurement, Run, competitor_on, make_queue, migrated
 from compare import Competitor
 from compare.base import concurrent_callers
 
+from . import reference
+
 
 def plan(run: Run) -> None:
     """Line up aioqueue's three enqueue measurements, then each other queue's."""
@@ -34,6 +36,12 @@ def plan(run: Run) -> None:
     run.step("enqueue: aioqueue one per call", one_caller)
     run.step(f"enqueue: aioqueue {callers} callers", many_callers)
     run.step("enqueue: aioqueue bulk", one_call)
+
+    async def reference_call(dsn: str) -> None:
+        seconds = await reference.reference_bulk_insert(dsn, sizes.enqueue_bulk)
+        run.results.add_rate("enqueue", reference.SYSTEM, bulk, sizes.enqueue_bulk, seconds)
+
+    run.step("enqueue: reference lane bulk", reference_call)
     for name in run.competitors:
         cases: list[tuple[str, int, Callable[[Competitor], Awaitable[float]]]] = [
             (one, sizes.enqueue_single, lambda c: c.enqueue_one_by_one(sizes.enqueue_single, 1)),
