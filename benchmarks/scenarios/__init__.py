@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from common import Run
 
-from . import claim, drain, drain_states, enqueue, latency, memory
+from . import claim, drain, drain_states, enqueue, latency, memory, scaling
 
 #: Lines up a scenario's measurements on the run (``run.step``); measures nothing itself.
 Scenario = Callable[[Run], None]
@@ -20,6 +20,7 @@ SCENARIOS: dict[str, Scenario] = {
     "latency": latency.plan,
     "claim": claim.plan,
     "memory": memory.plan,
+    "scaling": scaling.plan,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]
