@@ -23,7 +23,8 @@ def plan(run: Run) -> None:
 
 def _measure(run: Run, processes: int) -> Measurement:
     n = run.sizes.drain_jobs * 2
-    metric = f"{processes} processes, concurrency 10 each"
+    processes_ = f"{processes} process{'es' if processes > 1 else ''}"
+    metric = f"{processes_}, concurrency 10 each"
 
     async def measure(dsn: str) -> None:
         peak = 0
@@ -57,7 +58,7 @@ def _measure(run: Run, processes: int) -> Measurement:
         total = sum(waits.values()) or 1
         note = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in waits.most_common(4))
         run.results.add_rate("scaling", "aioqueue (defaults)", metric, n, seconds)
-        run.results.add("scaling", "aioqueue (defaults)", f"{processes} processes: server connections, peak",
+        run.results.add("scaling", "aioqueue (defaults)", f"{processes_}: server connections, peak",
                         float(peak), "conns", higher_is_better=False, note=f"active backends: {note}")
         progress(f"    peak connections {peak}; active backends: {note}")
 
