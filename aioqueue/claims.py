@@ -33,6 +33,8 @@ class Claims:
         self._held: dict[ClaimKey, str] = {}  # claim -> queue
         self._active = 0
         self._active_by_queue: collections.Counter[str] = collections.Counter()
+        self.finished_total = 0
+        """Handlers finished so far: the producer's measure of how fast jobs finish."""
         self.freed = Flag()
         """Raised whenever a handler finishes (a slot freed)."""
         self.idle = Flag()
@@ -62,6 +64,7 @@ class Claims:
         """``job``'s handler is done (its outcome may still be unwritten): free its slot."""
         self._active -= 1
         self._active_by_queue[job.queue] -= 1
+        self.finished_total += 1
         self.freed.set()
         if not self._active:
             self.idle.set()

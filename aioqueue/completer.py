@@ -7,7 +7,8 @@ always on shutdown. It owns its back-pressure: while more outcomes wait than ``m
 ``has_room()`` is false and the producer waits in ``wait_for_room()`` before claiming more. If a
 write fails (the connection dropped, the server restarted) the outcomes
 stay buffered and the write is retried with backoff; while they wait, the heartbeat keeps their
-leases, so nothing is lost. Every write is fenced by the claim (id, attempt).
+leases, so nothing is lost. Every write is fenced by the claim (id, attempt), and by default
+commits without waiting for its WAL flush (see the ``commit_mode`` fragment of ``queries.sql``).
 """
 
 from __future__ import annotations
@@ -73,8 +74,11 @@ class Completer:
         interval: float = 0.002,
         max_backlog: int | None = None,
         on_written: Callable[[list[ClaimKey]], None] = lambda claims: None,
+        commit_mode: str | None = "off",
     ) -> None:
         self.db = db
+        self.commit_mode = commit_mode
+        """The finishing statements' ``synchronous_commit`` ('off', or None: the session's)."""
         self.batch_size = batch_size
         self.interval = interval
         self.max_backlog = max_backlog if max_backlog is not None else batch_size * 4
@@ -209,7 +213,8 @@ class Completer:
         async with self.db.connection() as conn:
             if batch.done_ids:
                 await conn.execute(
-                    q.complete, batch.done_ids, batch.done_attempts, batch.done_results, ch.done, ch.jobs
+                    q.complete, batch.done_ids, batch.done_attempts, batch.done_results, ch.done, ch.jobs,
+                    self.commit_mode,
                 )
                 batch.done_ids, batch.done_attempts, batch.done_results = [], [], []
             if batch.failures:
@@ -228,16 +233,19 @@ class Completer:
                     ch.jobs,
                     ch.due,
                     ch.done,
+                    self.commit_mode,
                 )
                 batch.failures = []
             if batch.reschedules:
                 r = batch.reschedules
                 await conn.execute(
                     q.reschedule, [x[0] for x in r], [x[1] for x in r], [x[2] for x in r], [x[3] for x in r],
-                    ch.jobs, ch.due,
+                    ch.jobs, ch.due, self.commit_mode,
                 )
                 batch.reschedules = []
             if batch.cancels:
                 c = batch.cancels
-                await conn.execute(q.finish_cancelled, [x[0] for x in c], [x[1] for x in c], ch.jobs, ch.done)
+                await conn.execute(
+                    q.finish_cancelled, [x[0] for x in c], [x[1] for x in c], ch.jobs, ch.done, self.commit_mode
+                )
                 batch.cancels = []

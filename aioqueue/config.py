@@ -42,6 +42,7 @@ class WorkerOptions(TypedDict, total=False):
     completion_batch: int
     completion_interval: float
     listen: bool
+    durable_claims: bool
     ping_interval: float
     name: str | None
     install_signal_handlers: bool
@@ -118,7 +119,9 @@ class WorkerConfig:
         default=None, metadata=_cli("most jobs one claim takes (default: concurrency + prefetch)", "--batch-size")
     )
     prefetch: int = dataclasses.field(
-        default=0, metadata=_cli("jobs claimed ahead of free slots, buffered in the worker", "--prefetch")
+        default=1000,
+        metadata=_cli("most jobs claimed ahead of free slots (adaptive: about one claim round trip's worth "
+                      "at the rate jobs finish; 0: off)", "--prefetch"),
     )
     completion_batch: int = dataclasses.field(
         default=1000, metadata=_cli("most outcomes written in one statement", "--completion-batch")
@@ -128,6 +131,11 @@ class WorkerConfig:
     )
     listen: bool = dataclasses.field(
         default=True, metadata=_cli("wake on LISTEN/NOTIFY (off: poll only)", "--listen")
+    )
+    durable_claims: bool = dataclasses.field(
+        default=False,
+        metadata=_cli("claims and outcomes wait for their WAL flush (off: a server crash may repeat a few "
+                      "jobs, never lose one; enqueues are always durable)", "--durable-claims"),
     )
     ping_interval: float = dataclasses.field(
         default=5.0, metadata=_cli("how often the LISTEN connection is pinged", "--ping-interval")
@@ -185,6 +193,10 @@ class WorkerConfig:
             _seconds("completion_interval", self.completion_interval, low=0.0, inclusive=True, high=10.0))
         if not isinstance(self.listen, bool):
             raise ConfigurationError(f"worker option listen must be True or False, got {self.listen!r}")
+        if not isinstance(self.durable_claims, bool):
+            raise ConfigurationError(
+                f"worker option durable_claims must be True or False, got {self.durable_claims!r}"
+            )
         put(self, "ping_interval", _seconds("ping_interval", self.ping_interval, low=0.0, high=3600.0))
         if not isinstance(self.install_signal_handlers, bool):
             raise ConfigurationError(
@@ -225,6 +237,11 @@ class WorkerConfig:
             else:
                 values[key] = value
         return cls(**values)
+
+    @property
+    def commit_mode(self) -> str | None:
+        """The ``synchronous_commit`` of claims and outcomes: 'off', or None (the session's)."""
+        return None if self.durable_claims else "off"
 
     def changes(self) -> dict[str, Any]:
         """The fields as keyword arguments that rebuild this config (derived values included)."""

@@ -1,7 +1,8 @@
 """Claim ready jobs for one worker, end to end: how many, when, and in one statement.
 
 The producer owns the worker's claiming: it works out the free capacity (slots not taken by
-active handlers, plus the prefetch buffer, capped per queue when the worker caps queues), holds
+active handlers, plus an adaptive prefetch buffer, see :class:`Prefetch`, capped per queue when
+the worker caps queues), holds
 off while the completer has no room for more outcomes, and waits for a reason to look (a
 notification, a freed slot, the end of a claim that filled every slot, the moment the earliest
 known delayed job or rate window comes due, or the poll tick). It then claims with ``FOR UPDATE
@@ -30,6 +31,58 @@ if TYPE_CHECKING:
     from .database import Database
 
 logger = logging.getLogger("aioqueue.producer")
+
+
+class Prefetch:
+    """How many jobs to claim ahead of free slots: enough to keep the handlers busy across one
+    claim round trip at the rate jobs are finishing, times a small margin, never more than
+    ``cap`` (0: never claim ahead).
+
+    Short jobs are so claimed in large batches; jobs that take longer than a round trip (a 1-s
+    job against a 1-ms claim) round down to a buffer of 0, so a worker never hoards work that
+    other workers could start now. The rate is an exponentially weighted average of the finished
+    count, quick to rise (a burst of short jobs gets large claims within a few round trips) and
+    slower to fall.
+    """
+
+    MARGIN = 4.0
+    """Buffer this many round trips' worth of work: the estimates are noisy and claims vary."""
+    SAMPLE = 0.01
+    """Shortest span (seconds) of one rate sample."""
+    RISE = 0.02
+    FALL = 0.5
+    """Time constants (seconds) of the rate's average when it rises and when it falls."""
+
+    __slots__ = ("_at", "_finished", "cap", "rate", "round_trip")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.rate = 0.0
+        """Jobs finished per second (estimate)."""
+        self.round_trip = 0.0
+        """Seconds one claim takes (estimate)."""
+        self._at = time.monotonic()
+        self._finished = 0
+
+    def finished(self, total: int, now: float) -> None:
+        """Jobs finished so far were ``total`` at ``now``: update the rate."""
+        span = now - self._at
+        if span < self.SAMPLE:
+            return
+        sample = (total - self._finished) / span
+        tau = self.RISE if sample > self.rate else self.FALL
+        self.rate += (1.0 - math.exp(-span / tau)) * (sample - self.rate)
+        self._at, self._finished = now, total
+
+    def claimed(self, seconds: float) -> None:
+        """A claim took ``seconds``: update the round trip."""
+        self.round_trip = seconds if not self.round_trip else self.round_trip + 0.2 * (seconds - self.round_trip)
+
+    def target(self) -> int:
+        """Jobs to hold beyond the free slots now."""
+        if not self.cap:
+            return 0
+        return min(self.cap, int(self.rate * self.round_trip * self.MARGIN))
 
 
 class Producer:
@@ -71,8 +124,7 @@ class Producer:
         """Claimed jobs made dead at once because no handler could be called with their row."""
         self._stopping = False
         self._slots = config.slots_by_queue
-        # With a prefetch buffer, refill it in large claims rather than one job at a time.
-        self._min_claim = max(1, min(config.batch_size or 1, config.prefetch // 2))
+        self.prefetch = Prefetch(config.prefetch)
         # Queues with a global concurrency or rate limit: claims on them lock their settings
         # row first. Re-read at most every `limits_refresh` seconds.
         self.limited: list[str] = []
@@ -124,7 +176,8 @@ class Producer:
     def capacity(self) -> tuple[int, list[int] | None]:
         """How many jobs to claim now in all, and per queue when the worker caps queues."""
         cfg = self.config
-        free = min(cfg.concurrency + cfg.prefetch - self.claims.active, cfg.batch_size or 1)
+        self.prefetch.finished(self.claims.finished_total, time.monotonic())
+        free = min(cfg.concurrency + self.prefetch.target() - self.claims.active, cfg.batch_size or 1)
         if self._slots is None:
             return free, None
         per_queue = [
@@ -135,8 +188,9 @@ class Producer:
     def _should_wait(self, free: int) -> bool:
         if free <= 0:
             return True
-        # Below a worthwhile refill, wait for more room only while jobs in hand keep us busy.
-        if free < self._min_claim and self.claims.active:
+        # Below a worthwhile refill (half the buffer), wait for more room only while jobs in
+        # hand keep us busy: a buffer refills in large claims rather than one job at a time.
+        if free < min(self.config.batch_size or 1, self.prefetch.target() // 2) and self.claims.active:
             return True
         return self.completer is not None and not self.completer.has_room()
 
@@ -244,7 +298,7 @@ class Producer:
         self._claim_started = time.monotonic()
         q = self.db.queries
         wants = list(per_queue) if per_queue is not None else [limit] * len(self.queues)
-        args = (self.queues, wants, self.worker_id, self.config.lease, limit)
+        args = (self.queues, wants, self.worker_id, self.config.lease, limit, self.config.commit_mode)
         async with self.db.connection() as conn:
             now = time.monotonic()
             if now - self._limits_read_at >= self.limits_refresh:
@@ -274,7 +328,7 @@ class Producer:
         await conn.execute(
             self.db.queries.fail, [b.id for b in bad], [b.attempt for b in bad], [b.error for b in bad],
             [None] * n, [True] * n, [0.0] * n, [1.0] * n, [0.0] * n, [0.0] * n,
-            self.db.channels.jobs, self.db.channels.due, self.db.channels.done,
+            self.db.channels.jobs, self.db.channels.due, self.db.channels.done, self.config.commit_mode,
         )
         self.buried += n
         for b in bad:
@@ -288,7 +342,10 @@ class Producer:
             try:
                 self.wakeup.clear()
                 self._woken = False
-                return await self.claim(limit, per_queue)
+                started = time.monotonic()
+                jobs = await self.claim(limit, per_queue)
+                self.prefetch.claimed(time.monotonic() - started)
+                return jobs
             except Exception as exc:
                 failures += 1
                 delay = min(max(self.config.poll_interval, 0.1) * 5, 0.05 * 2**failures)

@@ -15,7 +15,7 @@ from importlib import resources
 from .errors import ConfigurationError
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-# A fragment's use: `{name}`, or `{name($3)}` to put the parameter $3 where it says `{channel}`.
+# A fragment's use: `{name}`, or `{name($3)}` to put the parameter $3 where it says `{arg}`.
 _USE = re.compile(r"\{(\w+)(?:\((\$\d+)\))?\}")
 _BLOCK = re.compile(r"^-- (name|fragment): (\w+)\n", re.MULTILINE)
 
@@ -106,8 +106,8 @@ def parse(text: str) -> dict[str, str]:
         name, argument = match[1], match[2]
         if name not in fragments:
             return match[0]  # not a fragment: `{schema}`, filled in later
-        body = fragments[name]
-        return body if argument is None else body.replace("{channel}", argument)
+        body = fragments[name] if argument is None else fragments[name].replace("{arg}", argument)
+        return _USE.sub(expand, body)  # a fragment may use fragments
 
     return {name: _USE.sub(expand, sql) for name, sql in statements.items()}
 

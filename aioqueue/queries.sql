@@ -93,6 +93,17 @@ notified AS (
 )
 SELECT ins.id, ins.dedup_key, (SELECT count(*) FROM notified) AS notified FROM ins;
 
+-- fragment: commit_mode
+-- True, once it has set how the statement's own transaction commits (a one-time filter, run
+-- once before any row). The parameter given where it is used is 'off' by default: the commit
+-- then returns without waiting for its WAL to reach disk (it is still atomic, and visible to
+-- everyone at once). Claims and outcomes only: losing one in a server crash makes its job run
+-- again (a lost claim leaves it pending, a lost outcome leaves it running until its lease is
+-- reaped), which at-least-once allows; an enqueue or a user's write never uses this. NULL
+-- (the worker option durable_claims) keeps the session's setting.
+(SELECT set_config('synchronous_commit', coalesce({arg}::text, current_setting('synchronous_commit')), true))
+    IS NOT NULL
+
 -- fragment: claim_pick
 -- The locking core of both claims: up to wanted.n ready jobs of each wanted queue (at most $5
 -- in all), in claim order, skipping rows other workers hold. MATERIALIZED stops the planner
@@ -121,15 +132,16 @@ SET status = 'running',
     locked_by = $3,
     lease_expires_at = now() + make_interval(secs => $4)
 -- By primary key, never a hash join over a scan of the whole table.
-WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
+WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked)) AND {commit_mode($6)}
 RETURNING j.id, j.queue, j.task, j.args::text AS args, j.priority, j.attempts, j.max_attempts,
           j.run_at, j.created_at
 
 -- name: claim
 -- Lock up to n ready jobs per queue (at most $5 in all), skipping rows other workers hold,
--- and mark them running under a lease. A queue's row in `queues` may pause it or cap it: at
--- most concurrency_limit running and rate_limit claimed per rate_period, across all workers
--- (the caller locks limited queues' rows first, in the same transaction, see lock_queues).
+-- and mark them running under a lease ($6: the commit mode, see commit_mode). A queue's row
+-- in `queues` may pause it or cap it: at most concurrency_limit running and rate_limit
+-- claimed per rate_period, across all workers (the caller locks limited queues' rows first, in
+-- the same transaction, see lock_queues).
 -- The MATERIALIZED CTE stops the planner from re-running the locking subquery, which could
 -- lock more rows than the limit.
 WITH settings AS MATERIALIZED (
@@ -167,7 +179,8 @@ started AS (
 SELECT * FROM claimed;
 
 -- name: claim_unlimited
--- The claim when none of the queues $1 has a global limit, the common case: the same as claim
+-- The claim when none of the queues $1 has a global limit, the common case ($6 as in claim):
+-- the same as claim
 -- without the limits' arithmetic, which makes it several times cheaper to plan. A paused queue
 -- is still skipped.
 WITH wanted AS (
@@ -294,7 +307,7 @@ WHERE j.cancel_requested AND j.status = 'running';
 -- name: finish_cancelled
 -- Record running jobs whose handlers were cancelled on request: moved to the archive as
 -- cancelled. Fenced by the claim like complete; wakes result waiters ($4) and, for queues with
--- a concurrency limit, the workers waiting for the freed slot ($3).
+-- a concurrency limit, the workers waiting for the freed slot ($3). $5: the commit mode.
 WITH finished AS (
     DELETE FROM {schema}.jobs AS j
     USING unnest($1::bigint[], $2::int[]) AS d(id, attempts)
@@ -312,7 +325,7 @@ notified AS (
     UNION ALL
     SELECT pg_notify($4, '') WHERE EXISTS (SELECT FROM finished)
 )
-SELECT count(*) FROM notified;
+SELECT count(*) FROM notified WHERE {commit_mode($5)};
 
 -- name: database_now
 -- The database's clock: every schedule is computed from it, never from the worker's.
@@ -332,7 +345,7 @@ WHERE p.last_slot < EXCLUDED.last_slot;
 -- Wake (on the channel given where it is used) the workers of every queue with a concurrency
 -- limit that the `finished` jobs free a slot of, so a claim the limit held back goes at once,
 -- in any process. Unlimited queues send nothing.
-SELECT pg_notify({channel}, q.name)
+SELECT pg_notify({arg}, q.name)
 FROM {schema}.queues AS q
 WHERE q.concurrency_limit IS NOT NULL AND q.name IN (SELECT f.queue FROM finished AS f)
 
@@ -346,7 +359,7 @@ FROM (SELECT f.queue, min(f.run_at) AS first FROM finished AS f WHERE f.status =
 -- the same statement. Fenced: only rows still running under the same claim (id, attempts).
 -- `counted` adds them to the throughput counters of `queue_status`: a row per queue, minute
 -- and shard (backend pid mod 8, so concurrent completers rarely share a row lock), upserted
--- in queue order so two completers lock their rows in the same order.
+-- in queue order so two completers lock their rows in the same order. $6: the commit mode.
 WITH finished AS (
     DELETE FROM {schema}.jobs AS j
     USING unnest($1::bigint[], $2::int[], $3::text[]) AS d(id, attempts, result)
@@ -379,7 +392,7 @@ notified AS (
     UNION ALL
     {slots_freed($5)}
 )
-SELECT count(*), (SELECT count(*) FROM notified) AS notified FROM finished;
+SELECT count(*), (SELECT count(*) FROM notified) AS notified FROM finished WHERE {commit_mode($6)};
 
 -- name: fail
 -- Record failed attempts: back to pending after an exponential backoff with jitter computed
@@ -387,6 +400,7 @@ SELECT count(*), (SELECT count(*) FROM notified) AS notified FROM finished;
 -- $4 is an explicit delay in seconds (NULL: use the backoff of $6..$9). Fenced like complete.
 -- Wakes: the workers of a limited queue whose slot freed ($10), every worker of a queue about
 -- the earliest retry's due time ($11, 'seconds queue'), and result waiters of dead jobs ($12).
+-- $13: the commit mode.
 WITH finished AS (
 UPDATE {schema}.jobs AS j
 SET status = CASE WHEN f.dead OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
@@ -415,13 +429,14 @@ notified AS (
     UNION ALL
     SELECT pg_notify($12, '') WHERE EXISTS (SELECT FROM finished AS f WHERE f.status = 'dead')
 )
-SELECT f.id, f.status, (SELECT count(*) FROM notified) AS notified FROM finished AS f;
+SELECT f.id, f.status, (SELECT count(*) FROM notified) AS notified FROM finished AS f
+WHERE {commit_mode($13)};
 
 -- name: reschedule
 -- Put running jobs back to pending after a delay without spending an attempt (snooze, an
 -- interrupted shutdown, a job claimed but never started). Attempts never go down, so they stay
 -- a fence; max_attempts goes up by one instead. Wakes as fail does ($5 freed slots of limited
--- queues and jobs due now, $6 the earliest later due time per queue).
+-- queues and jobs due now, $6 the earliest later due time per queue). $7: the commit mode.
 WITH finished AS (
 UPDATE {schema}.jobs AS j
 SET status = 'pending',
@@ -444,7 +459,7 @@ notified AS (
     SELECT pg_notify($6, extract(epoch FROM d.first - now())::text || ' ' || d.queue)
     FROM (SELECT f.queue, min(f.run_at) AS first FROM finished AS f WHERE f.run_at > now() GROUP BY f.queue) AS d
 )
-SELECT f.id, (SELECT count(*) FROM notified) AS notified FROM finished AS f;
+SELECT f.id, (SELECT count(*) FROM notified) AS notified FROM finished AS f WHERE {commit_mode($7)};
 
 -- name: extend_leases
 -- Heartbeat: push out the leases of every claim (id $1, attempt $2) this worker holds; returns

@@ -164,6 +164,7 @@ class Worker:
             interval=cfg.completion_interval,
             max_backlog=max(cfg.completion_batch * 4, cfg.concurrency * 2),
             on_written=claims.release,
+            commit_mode=cfg.commit_mode,
         )
         executor = self.executor = Executor(self.app.tasks, self.app.middleware, completer)
         producer = self.producer = Producer(
@@ -233,10 +234,22 @@ class Worker:
             try:
                 async with send:
                     await producer.run(send, burst=burst, on_claimed=enough_runners)
+                self._hand_back(receive, completer)
             finally:
                 receive.close()
                 self.ready.set()
             runners.start_soon(self._enforce_grace, executor, runners.cancel_scope)
+
+    def _hand_back(self, receive: MemoryObjectReceiveStream[Job], completer: Completer) -> None:
+        """Give back at once the jobs claimed ahead and not started, even while every runner is
+        busy with a handler that may take its whole grace period."""
+        while True:
+            try:
+                job = receive.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                return
+            completer.rescheduled(job, 0.0)
+            self.claims.finished(job)
 
     async def _runner(
         self, receive: MemoryObjectReceiveStream[Job], executor: Executor, completer: Completer

@@ -4,14 +4,17 @@ with a deep history or backlog, and how much memory a worker needs, on one Postg
     python benchmarks/bench.py                      # embedded PostgreSQL, full run
     python benchmarks/bench.py --dsn postgresql://postgres@127.0.0.1:5432/postgres --repeat 3
     python benchmarks/bench.py --quick --compare pgqueuer procrastinate --json out.json
-    python benchmarks/bench.py --quick --scenarios drain   # the drain alone, defaults and prefetch
+    python benchmarks/bench.py --quick --scenarios drain   # the drain alone, in each worker setting
+    python benchmarks/bench.py --scenarios scaling         # 1, 2, 4, 8 worker processes
 
 Every measurement runs in a database of its own, created for it and dropped after it, on the
 server of the DSN (``--dsn``, else ``AIOQUEUE_DSN``, else an embedded server). Handlers are
 no-ops. ``--repeat N`` runs everything N times, interleaving the systems, and reports medians.
 ``--compare`` puts the same drain, enqueue and latency workloads through other queues (see
 ``benchmarks/compare``) in the same run and prints aioqueue's ratio to each. Progress goes to
-stderr, the report to stdout. It never changes server settings: commits stay durable.
+stderr, the report to stdout. It never changes server settings: enqueues and the reference
+lane commit durably; aioqueue's claims and outcomes skip the WAL flush unless ``durable_claims``
+(a setting measured side by side).
 
 This file is the command line and the runner; each scenario lives in ``scenarios/``, the goals
 in ``targets.py``, the report in ``report.py``.

@@ -91,9 +91,9 @@ def render(env: dict[str, Any], results: Results, competitors: list[str], repeat
     if verdicts:
         lines += ["", "targets (on this machine; the goals aioqueue is built for):"]
         lines += [f"  {v.line()}" for v in verdicts]
-    rs = ratios(results, competitors)
+    rs = ratios(results, ["reference", *competitors])
     if rs:
-        lines += ["", "aioqueue vs the others (same run; >1 means aioqueue is better):"]
+        lines += ["", "aioqueue vs the reference lane and the others (same run; >1 means aioqueue is better):"]
         for x in rs:
             lines.append(f"  {x['scenario']:<9} {x['metric']:<{width}} {x['aioqueue']:<25} vs {x['vs']:<14} "
                          f"{x['times_better']:8.2f}x")

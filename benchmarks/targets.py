@@ -44,10 +44,19 @@ class Target:
 
 
 TARGETS: tuple[Target, ...] = (
-    Target("drain", "aioqueue", "1 process, concurrency 10", ">=", 40_000, "drain, one process, concurrency 10"),
-    Target("drain", "aioqueue", "1 process, concurrency 10", ">=", 12, "drain against pgqueuer, concurrency 10",
-           vs_system="pgqueuer"),
-    Target("enqueue", "aioqueue", "bulk, * per call", ">=", 80_000, "bulk enqueue"),
+    Target("drain", "aioqueue (defaults)", "1 process, concurrency 10", ">=", 0.8,
+           "drain against the reference lane, concurrency 10", vs_system="reference"),
+    Target("drain", "aioqueue (tuned)", "1 process, concurrency 10", ">=", 1.0,
+           "drain against the reference lane, concurrency 10", vs_system="reference"),
+    Target("drain", "aioqueue", "1 process, concurrency 10", ">=", 50_000,
+           "drain, one process, concurrency 10 (where the reference lane reaches it too)"),
+    Target("drain", "aioqueue (defaults)", "1 process, concurrency 10", ">=", 10,
+           "drain against pgqueuer, concurrency 10", vs_system="pgqueuer"),
+    Target("drain-states", "aioqueue (defaults)", "concurrency 10, stale", ">=", 0.9,
+           "drain after a burst with stale statistics, against analysed", vs_metric="concurrency 10, analyzed"),
+    Target("enqueue", "aioqueue", "bulk, * per call", ">=", 100_000, "bulk enqueue"),
+    Target("enqueue", "aioqueue", "bulk, * per call", ">=", 1.2, "bulk enqueue against the reference lane",
+           vs_system="reference"),
     Target("latency", "aioqueue", "commit seen -> handler start, p50", "<=", 1.0, "idle wake-up p50, from the commit"),
     Target("latency", "aioqueue", "commit seen -> handler start, p99", "<=", 5.0, "idle wake-up p99, from the commit"),
     Target("claim", "aioqueue", "claim_unlimited 10, * archived + * dead: server execution", "<=", 1.2,

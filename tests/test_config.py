@@ -28,6 +28,7 @@ BOUNDS: list[tuple[str, list[Any], Any]] = [
     ("completion_batch", [0, 100_001, 1.5, True], 100_000),
     ("completion_interval", [-0.1, 10.1, float("nan"), "0"], 0),
     ("listen", [1, "yes", None], False),
+    ("durable_claims", [1, "yes", None], True),
     ("ping_interval", [0, -1, 3601, "5"], 3600),
     ("name", ["", "x" * 256, "a\x00b", 5], "worker-1"),
     ("install_signal_handlers", [1, "no", None], False),

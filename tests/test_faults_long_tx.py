@@ -79,7 +79,7 @@ async def test_claims_stay_correct_while_a_long_transaction_pins_xmin(dsn: str, 
 
 
 async def _claim_buffers(conn: asyncpg.Connection, q: aioqueue.Queue) -> int:
-    plan = await explain(conn, q.queries.claim, ["default"], [20], "probe", 60.0, 20, analyze=True, buffers=True)
+    plan = await explain(conn, q.queries.claim, ["default"], [20], "probe", 60.0, 20, "off", analyze=True, buffers=True)
     return buffers_touched(plan)
 
 

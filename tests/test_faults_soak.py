@@ -83,7 +83,7 @@ async def _claim_profile(conn: asyncpg.Connection, q: aioqueue.Queue, rounds: in
     indexes: set[str] = set()
     for _ in range(rounds):
         plan = await plans.explain(
-            conn, q.queries.claim, ["default"], [20], "probe", 60.0, 20, analyze=True, buffers=True
+            conn, q.queries.claim, ["default"], [20], "probe", 60.0, 20, "off", analyze=True, buffers=True
         )
         buffers.append(plans.buffers_touched(plan))
         times.append(float(plan["Execution Time"]))

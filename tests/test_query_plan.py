@@ -19,9 +19,9 @@ from aioqueue.plans import explain, explain_generic, scans
 from aioqueue.queries import for_schema
 
 Q = for_schema("aioqueue")
-CLAIM_ARGS: tuple[Any, ...] = (["default"], [10], "plan-test", 300.0, 10)
-CLAIM_PARAMS = "text[], int[], text, float8, bigint"
-COMPLETE_PARAMS = "bigint[], int[], text[], text, text"
+CLAIM_ARGS: tuple[Any, ...] = (["default"], [10], "plan-test", 300.0, 10, "off")
+CLAIM_PARAMS = "text[], int[], text, float8, bigint, text"
+COMPLETE_PARAMS = "bigint[], int[], text[], text, text, text"
 
 
 def assert_claim_reads_ready_index(plan: dict[str, Any]) -> None:
@@ -53,15 +53,15 @@ async def pending(db: asyncpg.Connection, n: int) -> None:
 async def drain(db: asyncpg.Connection, batch: int = 500) -> int:
     """Claim and complete every ready job with the library's statements, as a fast worker does."""
     done = 0
-    while rows := await db.fetch(Q.claim, ["default"], [batch], "plan-test", 300.0, batch):
+    while rows := await db.fetch(Q.claim, ["default"], [batch], "plan-test", 300.0, batch, "off"):
         await db.execute(Q.complete, [r["id"] for r in rows], [r["attempts"] for r in rows],
-                         [None] * len(rows), "plan-test", "plan-test")
+                         [None] * len(rows), "plan-test", "plan-test", "off")
         done += len(rows)
     return done
 
 
 async def claimed_ids(db: asyncpg.Connection, n: int) -> tuple[list[int], list[int]]:
-    rows = await db.fetch(Q.claim, ["default"], [n], "plan-test", 300.0, n)
+    rows = await db.fetch(Q.claim, ["default"], [n], "plan-test", 300.0, n, "off")
     return [r["id"] for r in rows], [r["attempts"] for r in rows]
 
 
@@ -74,7 +74,7 @@ async def test_claim_uses_ready_index_with_fresh_statistics(db: asyncpg.Connecti
     await pending(db, 20_000)
     await db.execute("ANALYZE aioqueue.jobs")
     assert_claim_reads_ready_index(await explain(db, Q.claim, *CLAIM_ARGS))
-    generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10")
+    generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10, 'off'")
     assert_claim_reads_ready_index(generic)
 
 
@@ -83,8 +83,8 @@ async def test_claim_uses_ready_index_when_statistics_predate_a_burst(db: asyncp
     await db.execute("ANALYZE aioqueue.jobs")  # statistics of the empty table
     await pending(db, 50_000)  # the burst, before any ANALYZE
     assert_claim_reads_ready_index(await explain(db, Q.claim, *CLAIM_ARGS))
-    assert_claim_reads_ready_index(await explain(db, Q.claim, ["default"], [1000], "plan-test", 300.0, 1000))
-    generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10")
+    assert_claim_reads_ready_index(await explain(db, Q.claim, ["default"], [1000], "plan-test", 300.0, 1000, "off"))
+    generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10, 'off'")
     assert_claim_reads_ready_index(generic)
 
 
@@ -95,7 +95,7 @@ async def test_claim_uses_ready_index_after_a_fast_drain(db: asyncpg.Connection)
     assert await drain(db) == 20_000  # leaves 20,000 dead entries at the head of the ready index
     await pending(db, 20_000)
     assert_claim_reads_ready_index(await explain(db, Q.claim, *CLAIM_ARGS))
-    generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10")
+    generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10, 'off'")
     assert_claim_reads_ready_index(generic)
     assert await drain(db) == 20_000  # and the claim still takes every job, none twice
 
@@ -119,7 +119,7 @@ async def test_claim_uses_ready_index_with_a_deep_history(db: asyncpg.Connection
         await db.execute("ANALYZE aioqueue.jobs")
         await db.execute("ANALYZE aioqueue.jobs_done")
     assert_claim_reads_ready_index(await explain(db, Q.claim, *CLAIM_ARGS))
-    generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10")
+    generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10, 'off'")
     assert_claim_reads_ready_index(generic)
 
 
@@ -135,13 +135,15 @@ async def test_finishing_writes_find_rows_by_primary_key_with_stale_statistics(
     ids, attempts = await claimed_ids(db, batch)
     assert len(ids) == batch
     small = batch <= 100
-    plan = await explain(db, Q.complete, ids, attempts, [None] * batch, "plan-test", "plan-test")
+    plan = await explain(db, Q.complete, ids, attempts, [None] * batch, "plan-test", "plan-test", "off")
     assert_found_by_primary_key(plan, small_batch=small)
     plan = await explain(db, Q.extend_leases, ids, attempts, 300.0)
     assert_found_by_primary_key(plan, small_batch=small)
-    plan = await explain(db, Q.reschedule, ids, attempts, [0.0] * batch, [None] * batch, "plan-test", "plan-test")
+    plan = await explain(
+        db, Q.reschedule, ids, attempts, [0.0] * batch, [None] * batch, "plan-test", "plan-test", "off"
+    )
     assert_found_by_primary_key(plan, small_batch=small)
-    generic = await explain_generic(db, Q.complete, COMPLETE_PARAMS, "'{1,2}', '{1,1}', '{NULL,NULL}', 'c', 'c'")
+    generic = await explain_generic(db, Q.complete, COMPLETE_PARAMS, "'{1,2}', '{1,1}', '{NULL,NULL}', 'c', 'c', 'off'")
     assert_found_by_primary_key(generic)
 
 
@@ -157,6 +159,6 @@ async def test_unlimited_claim_uses_ready_index_in_every_state(db: asyncpg.Conne
     await db.execute("ANALYZE aioqueue.jobs")
     assert_claim_reads_ready_index(await explain(db, Q.claim_unlimited, *CLAIM_ARGS))
     generic = await explain_generic(
-        db, Q.claim_unlimited, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10"
+        db, Q.claim_unlimited, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10, 'off'"
     )
     assert_claim_reads_ready_index(generic)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from common import Run
 
-from . import claim, dashboard, drain, drain_states, enqueue, latency, memory
+from . import claim, dashboard, drain, drain_states, enqueue, latency, memory, scaling
 
 #: Lines up a scenario's measurements on the run (``run.step``); measures nothing itself.
 Scenario = Callable[[Run], None]
@@ -21,6 +21,7 @@ SCENARIOS: dict[str, Scenario] = {
     "claim": claim.plan,
     "memory": memory.plan,
     "dashboard": dashboard.plan,
+    "scaling": scaling.plan,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]

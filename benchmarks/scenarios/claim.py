@@ -66,7 +66,7 @@ enqueued, so the backlog stays the size its label says."""
         await conn.execute("VACUUM ANALYZE aioqueue.jobs")
         await conn.execute("VACUUM ANALYZE aioqueue.jobs_done")
         q = queue.queries
-        args = (["default"], [10], "bench", 300.0, 10)
+        args = (["default"], [10], "bench", 300.0, 10, "off")
         executions: dict[Statement, list[float]] = {s: [] for s in STATEMENTS}
         round_trips: dict[Statement, list[float]] = {s: [] for s in STATEMENTS}
         indexes: dict[Statement, set[str]] = {s: set() for s in STATEMENTS}
@@ -81,7 +81,7 @@ enqueued, so the backlog stays the size its label says."""
                 round_trips[statement].append(time.perf_counter() - start)
                 await conn.execute(
                     q.complete, [r["id"] for r in rows], [r["attempts"] for r in rows], [None] * len(rows),
-                    "bench", "bench",
+                    "bench", "bench", "off",
                 )
                 await insert_pending(conn, len(rows))  # two statements claim: keep the backlog as labelled
     return {

@@ -2,7 +2,9 @@
 one process at each concurrency and in several processes, with each worker setting of
 ``CONFIGS``; and the same drain through the other queues asked for with ``--compare``.
 
-``drain_states`` reuses :func:`aioqueue_drain` to drain in other table states.
+``drain_states`` reuses :func:`aioqueue_drain` to drain in other table states. The reference
+lane (see ``reference.py``) drains the same jobs at the first concurrency, after aioqueue and
+before the other queues.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from common import (
     worker_for,
 )
 
+from . import reference
+
 #: ``analyzed``: ANALYZE after the load, as autovacuum would soon do. ``stale``: statistics
 #: taken on the empty table, then the burst (no ANALYZE, autovacuum off). ``dead-head``: a first
 #: fast drain leaves dead entries at the head of the ready index; a second burst is drained
@@ -43,6 +47,7 @@ def plan(run: Run) -> None:
         for config in CONFIGS:
             run.step(f"drain: aioqueue {config} {metric}", _in_process(run, metric, concurrency, config))
         if concurrency == sizes.concurrencies[0]:  # the others at the headline concurrency only (time)
+            run.step(f"drain: reference lane ({metric})", _reference(run, metric))
             for name in run.competitors:
                 run.step(f"drain: {name} concurrency {concurrency}", _competitor(run, name, metric, concurrency))
     metric = f"{sizes.processes} processes, concurrency 10 each"
@@ -66,6 +71,15 @@ def _processes(run: Run, metric: str, config: str) -> Measurement:
     async def measure(dsn: str) -> None:
         seconds = await aioqueue_drain_processes(dsn, sizes.drain_jobs, sizes.processes, 10, CONFIGS[config])
         run.results.add_rate("drain", aioqueue_system(config), metric, sizes.drain_jobs, seconds)
+
+    return measure
+
+
+def _reference(run: Run, metric: str) -> Measurement:
+    n = run.sizes.drain_jobs
+
+    async def measure(dsn: str) -> None:
+        run.results.add_rate("drain", reference.SYSTEM, metric, n, await reference.reference_drain(dsn, n))
 
     return measure
 

@@ -13,6 +13,7 @@ from common import Measurement, Run, competitor_on, make_queue, migrated
 from compare import Competitor
 from compare.base import concurrent_callers
 
+from . import reference
 from .enqueue_paths import PATHS, PathMeasure
 
 
@@ -42,6 +43,12 @@ def plan(run: Run) -> None:
         for bulk_call, n in ((False, sizes.enqueue_single), (True, sizes.enqueue_bulk)):
             metric = f"{path}, " + (f"bulk, {n} per call" if bulk_call else "one per call, a transaction each")
             run.step(f"enqueue: aioqueue {metric}", _path(run, metric, measure, n, bulk_call))
+
+    async def reference_call(dsn: str) -> None:
+        seconds = await reference.reference_bulk_insert(dsn, sizes.enqueue_bulk)
+        run.results.add_rate("enqueue", reference.SYSTEM, bulk, sizes.enqueue_bulk, seconds)
+
+    run.step("enqueue: reference lane bulk", reference_call)
     for name in run.competitors:
         cases: list[tuple[str, int, Callable[[Competitor], Awaitable[float]]]] = [
             (one, sizes.enqueue_single, lambda c: c.enqueue_one_by_one(sizes.enqueue_single, 1)),

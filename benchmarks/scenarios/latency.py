@@ -5,6 +5,7 @@ caller); and the first of those through the other queues asked for with ``--comp
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import anyio
 from common import TASK, Measurement, Run, competitor_on, migrated
@@ -22,12 +23,17 @@ def plan(run: Run) -> None:
     """Line up aioqueue's wake-up measurement, then each other queue's."""
     samples = run.sizes.latency_samples
 
-    async def measure(dsn: str) -> None:
-        from_call, from_commit = await aioqueue_latency(dsn, samples)
-        run.results.add_latency("latency", "aioqueue", FROM_CALL, from_call)
-        run.results.add_latency("latency", "aioqueue", FROM_COMMIT, from_commit)
+    def measure(system: str, options: dict[str, Any]) -> Measurement:
+        async def go(dsn: str) -> None:
+            from_call, from_commit = await aioqueue_latency(dsn, samples, options)
+            run.results.add_latency("latency", system, FROM_CALL, from_call)
+            run.results.add_latency("latency", system, FROM_COMMIT, from_commit)
 
-    run.step("latency: aioqueue", measure)
+        return go
+
+    run.step("latency: aioqueue", measure("aioqueue", {}))
+    # What skipping the WAL flush of the claim buys the wake-up.
+    run.step("latency: aioqueue durable_claims", measure("aioqueue (durable_claims)", {"durable_claims": True}))
 
     async def lateness(dsn: str) -> None:
         run.results.add_latency("latency", "aioqueue", LATENESS, await aioqueue_lateness(dsn, samples))
@@ -46,10 +52,13 @@ def _competitor(run: Run, name: str) -> Measurement:
     return measure
 
 
-async def aioqueue_latency(dsn: str, samples: int) -> tuple[list[float], list[float]]:
+async def aioqueue_latency(
+    dsn: str, samples: int, options: dict[str, Any] | None = None
+) -> tuple[list[float], list[float]]:
     """Per job, against an idle worker (listening, 1 s poll): seconds from just before the
     enqueue call to handler start, and from the enqueue call's return (its commit seen by the
-    caller) to handler start; the second is 0 when the handler started first."""
+    caller) to handler start; the second is 0 when the handler started first. ``options``: worker
+    options."""
     await migrated(dsn)
     queue = aioqueue.Queue(dsn)
     started = anyio.Event()
@@ -64,7 +73,7 @@ async def aioqueue_latency(dsn: str, samples: int) -> tuple[list[float], list[fl
     from_call: list[float] = []
     from_commit: list[float] = []
     async with queue:
-        worker = queue.worker(concurrency=10, install_signal_handlers=False)
+        worker = queue.worker(concurrency=10, install_signal_handlers=False, **(options or {}))
         async with anyio.create_task_group() as tg:
             tg.start_soon(worker.run)
             with anyio.fail_after(30):
