@@ -68,10 +68,12 @@ asyncio.run(main())
 
 
 def _old_release(version: int, into: Path) -> Path:
-    """Extract the package as it was when ``version`` was its newest migration; return where."""
+    """Extract the package as it was when ``version`` was its newest migration; return where.
+
+    Along main's first parent, so a migration that arrived in a merge is found at that merge."""
     nxt = f"aioqueue/migrations/{version + 1:04d}_*.sql"
     added = subprocess.run(
-        ["git", "-C", str(ROOT), "log", "--diff-filter=A", "--format=%H", "--", nxt],
+        ["git", "-C", str(ROOT), "log", "--first-parent", "-m", "--diff-filter=A", "--format=%H", "--", nxt],
         capture_output=True, text=True, check=True,
     ).stdout.split()
     if not added:
