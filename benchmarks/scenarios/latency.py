@@ -52,13 +52,12 @@ def _competitor(run: Run, name: str) -> Measurement:
     return measure
 
 
-async def aioqueue_latency(
-    dsn: str, samples: int, options: dict[str, Any] | None = None
-) -> tuple[list[float], list[float]]:
-    """Per job, against an idle worker (listening, 1 s poll): seconds from just before the
-    enqueue call to handler start, and from the enqueue call's return (its commit seen by the
-    caller) to handler start; the second is 0 when the handler started first. ``options``: worker
-    options."""
+async def _idle_samples(
+    dsn: str, samples: int, delay: float, options: dict[str, Any] | None = None
+) -> list[tuple[float, float, float]]:
+    """Per job enqueued (with ``delay``) to an idle worker (listening, 1 s poll, concurrency 10):
+    the times just before the enqueue call, when it returned, and when the handler started. The
+    first job is a warm-up and left out. ``options``: worker options."""
     await migrated(dsn)
     queue = aioqueue.Queue(dsn)
     started = anyio.Event()
@@ -70,8 +69,7 @@ async def aioqueue_latency(
         started.set()
 
     task = queue.task(name=TASK)(ping)
-    from_call: list[float] = []
-    from_commit: list[float] = []
+    out: list[tuple[float, float, float]] = []
     async with queue:
         worker = queue.worker(concurrency=10, install_signal_handlers=False, **(options or {}))
         async with anyio.create_task_group() as tg:
@@ -82,48 +80,27 @@ async def aioqueue_latency(
                 started = anyio.Event()
                 await anyio.sleep(IDLE_GAP)  # idle: the previous outcome is written, nothing in flight
                 t0 = time.perf_counter()
-                await task.enqueue()
+                await (task.options(delay=delay).enqueue() if delay else task.enqueue())
                 t1 = time.perf_counter()
                 with anyio.fail_after(30):
                     await started.wait()
-                if i:  # the first is a warm-up
-                    from_call.append(start_at - t0)
-                    from_commit.append(max(0.0, start_at - t1))
+                if i:
+                    out.append((t0, t1, start_at))
             worker.stop()
-    return from_call, from_commit
+    return out
+
+
+async def aioqueue_latency(
+    dsn: str, samples: int, options: dict[str, Any] | None = None
+) -> tuple[list[float], list[float]]:
+    """Seconds from just before the enqueue call to handler start, and from the call's return
+    (its commit seen by the caller) to handler start (0 when the handler started first)."""
+    timings = await _idle_samples(dsn, samples, 0.0, options)
+    return [s - t0 for t0, _, s in timings], [max(0.0, s - t1) for _, t1, s in timings]
 
 
 async def aioqueue_lateness(dsn: str, samples: int) -> list[float]:
-    """Per job enqueued with ``delay=DELAY`` to an idle worker (listening, 1 s poll): seconds
-    from its due time to handler start. The due time is taken as just before the enqueue call
-    plus the delay (the database's ``now()`` falls inside the call), so this overstates by at
-    most the call's own time."""
-    await migrated(dsn)
-    queue = aioqueue.Queue(dsn)
-    started = anyio.Event()
-    start_at = 0.0
-
-    async def ping() -> None:
-        nonlocal start_at
-        start_at = time.perf_counter()
-        started.set()
-
-    task = queue.task(name=TASK)(ping)
-    late: list[float] = []
-    async with queue:
-        worker = queue.worker(concurrency=10, install_signal_handlers=False)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(worker.run)
-            with anyio.fail_after(30):
-                await worker.ready.wait()
-            for i in range(samples + 1):
-                started = anyio.Event()
-                await anyio.sleep(IDLE_GAP)
-                t0 = time.perf_counter()
-                await task.options(delay=DELAY).enqueue()
-                with anyio.fail_after(30):
-                    await started.wait()
-                if i:  # the first is a warm-up
-                    late.append(start_at - t0 - DELAY)
-            worker.stop()
-    return late
+    """Per job enqueued with ``delay=DELAY``: seconds from its due time to handler start. The due
+    time is taken as just before the enqueue call plus the delay (the database's ``now()`` falls
+    inside the call), so this overstates by at most the call's own time."""
+    return [s - t0 - DELAY for t0, _, s in await _idle_samples(dsn, samples, DELAY)]
