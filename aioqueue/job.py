@@ -122,6 +122,13 @@ def _decode_error(exc: Exception) -> str:
 
 
 HEADERS_KEY = "__aioqueue_headers__"
+
+
+def _without_headers(args: Any) -> Any:
+    """A job's stored arguments as its handler gets them: the enqueue hooks' headers left out."""
+    if type(args) is dict:
+        args.pop(HEADERS_KEY, None)
+    return args
 """Where a job's headers ride in its stored arguments (no column of their own: no migration)."""
 
 _CLAIM_COLUMNS = ("id", "queue", "task", "args", "priority", "attempts", "max_attempts", "run_at", "created_at")
@@ -163,7 +170,7 @@ class JobInfo:
             id=row["id"],
             queue=row["queue"],
             task=row["task"],
-            args=json.loads(row["args"]),
+            args=_without_headers(json.loads(row["args"])),
             status=row["status"],
             priority=row["priority"],
             attempts=row["attempts"],

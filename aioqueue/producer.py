@@ -12,6 +12,7 @@ worker's runners. It never runs a handler and never holds a transaction open bey
 
 from __future__ import annotations
 
+import datetime
 import logging
 import math
 import time
@@ -312,6 +313,10 @@ class Producer:
                 else:
                     rows = await conn.fetch(q.claim_unlimited, *args)
                 jobs, bad = decode_claimed(rows)
+                if len(jobs) > 1:
+                    # UPDATE ... RETURNING gives rows in no particular order: hand them to the
+                    # runners in claim order (priority, then run_at, then id).
+                    jobs.sort(key=_claim_order)
                 self.claimed += len(jobs)
                 if not bad:
                     return jobs
@@ -353,3 +358,7 @@ class Producer:
                                type(exc).__name__, exc, delay)
                 await self.wakeup.wait(delay)
         return []
+
+
+def _claim_order(job: Job) -> tuple[int, datetime.datetime, int]:
+    return (-job.priority, job.run_at, job.id)

@@ -41,8 +41,11 @@ async def test_a_request_and_the_job_it_enqueues_are_one_trace(q: aioqueue.Queue
         await send_mail.enqueue("a@example.com")
         await send_mail.enqueue_many([{"to": "b@example.com"}])
     # The handler never sees the headers; the stored arguments carry them.
-    stored = await db.fetch("SELECT args FROM aioqueue.jobs ORDER BY id")
+    stored = await db.fetch("SELECT id, args FROM aioqueue.jobs ORDER BY id")
     assert all("traceparent" in row["args"] for row in stored)
+    # The operator's view shows the job's own arguments, as its handler gets them.
+    info = await q.get_job(stored[0]["id"])
+    assert info is not None and info.args == {"to": "a@example.com"}
 
     await q.worker().run_until_empty()
     await q.worker().run_until_empty()  # the retries
