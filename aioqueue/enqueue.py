@@ -41,19 +41,17 @@ def one_params(db: Database, task: JobSource, opts: EnqueueOptions, args: str) -
     return (*_fields(task, opts), args, opts.key, db.channels.jobs, db.channels.due)
 
 
-def many_params(
-    db: Database, task: JobSource, opts: EnqueueOptions, args: Sequence[str], keys: Sequence[str | None]
-) -> tuple[Any, ...]:
-    """The ``enqueue_many`` statement's parameters for many jobs of one task."""
-    return (*_fields(task, opts), list(args), list(keys), db.channels.jobs, db.channels.due)
+def many_params(db: Database, task: JobSource, opts: EnqueueOptions, array: str) -> tuple[Any, ...]:
+    """The ``enqueue_many`` statement's parameters for many jobs of one task, whose arguments
+    come as one JSON array (see ``payload.encode_args_array``)."""
+    return (*_fields(task, opts), array, db.channels.jobs, db.channels.due)
 
 
-def _ids_in_order(rows: Sequence[Row], keys: Sequence[str | None]) -> list[int]:
-    """Map ``enqueue_many``'s rows (id, dedup_key, ...) back to the order of the input."""
-    by_key = {r[1]: int(r[0]) for r in rows if r[1] is not None}
-    # Identity values follow the insert order, which follows the input order.
-    unkeyed = iter(sorted(int(r[0]) for r in rows if r[1] is None))
-    return [by_key[k] if k is not None else next(unkeyed) for k in keys]
+def _ids(rows: Sequence[Row], expected: int) -> list[int]:
+    """``enqueue_many``'s ids, in the order of the input (the order the rows were inserted)."""
+    if len(rows) != expected:  # pragma: no cover - one row per array element, by construction
+        raise RuntimeError(f"enqueue_many wrote {len(rows)} jobs for {expected} items")
+    return [r[0] for r in rows]
 
 
 def _schema_error(db: Database, exc: Exception) -> SchemaNotReadyError | None:
@@ -110,18 +108,12 @@ async def insert_one(
 
 
 async def insert_many(
-    db: Database,
-    task: JobSource,
-    opts: EnqueueOptions,
-    args: Sequence[str],
-    keys: Sequence[str | None] | None,
-    conn: Writer | Connection | None,
+    db: Database, task: JobSource, opts: EnqueueOptions, array: str, count: int, conn: Writer | Connection | None
 ) -> list[int]:
-    """Write many jobs of one task in one statement and one NOTIFY; return their ids in the
-    order given."""
-    key_list: list[str | None] = list(keys) if keys is not None else [None] * len(args)
-    rows = await _rows(db, conn, db.queries.enqueue_many, many_params(db, task, opts, args, key_list))
-    return _ids_in_order(rows, key_list)
+    """Write ``count`` jobs of one task, their arguments the JSON array ``array``, in one
+    statement and one NOTIFY; return their ids in the order given."""
+    rows = await _rows(db, conn, db.queries.enqueue_many, many_params(db, task, opts, array))
+    return _ids(rows, count)
 
 
 def insert_one_sync(db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | None) -> int:
@@ -131,10 +123,8 @@ def insert_one_sync(db: Database, task: JobSource, opts: EnqueueOptions, args: s
 
 
 def insert_many_sync(
-    db: Database, task: JobSource, opts: EnqueueOptions, args: Sequence[str], conn: Writer | None
+    db: Database, task: JobSource, opts: EnqueueOptions, array: str, count: int, conn: Writer | None
 ) -> list[int]:
     """:func:`insert_many` on a sync connection (psycopg or Django), with no event loop."""
-    keys: list[str | None] = [None] * len(args)
-    rows = _rows_sync(db, conn, db.queries.enqueue_many, many_params(db, task, opts, args, keys))
-    return _ids_in_order(rows, keys)
-
+    rows = _rows_sync(db, conn, db.queries.enqueue_many, many_params(db, task, opts, array))
+    return _ids(rows, count)

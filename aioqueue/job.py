@@ -10,7 +10,7 @@ import contextvars
 import dataclasses
 import datetime
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
@@ -201,6 +201,15 @@ class JobRef(int):
         ref = super().__new__(cls, job_id)
         ref.queue = queue
         return ref
+
+    @classmethod
+    def many(cls, ids: Iterable[int], queue: Queue) -> list[JobRef]:
+        """One reference per id, made without a Python call each (a bulk enqueue's ids)."""
+        new = int.__new__
+        refs = [new(cls, job_id) for job_id in ids]
+        for ref in refs:
+            ref.queue = queue
+        return refs
 
     async def result(self, timeout: float | None = None) -> Any:
         """Wait for the job's result (see :meth:`Queue.wait_result`)."""

@@ -13,7 +13,7 @@ import json
 import logging
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .errors import JobArgumentsError, PayloadTooLargeError
@@ -120,9 +120,29 @@ def _problem(value: Any, path: str) -> str | None:
     return None
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+# The standard library's C encoder, made once: ``json.dumps`` (and ``JSONEncoder.encode`` on a
+# dict) builds a new one per call, which is most of the cost of encoding a small job's
+# arguments (about 5 us of 6 here). It is an implementation detail of CPython's ``json``, so
+# where it is missing the plain encoder does the same job. No cycle check: a cycle recurses
+# until RecursionError, which the callers treat as refused and then describe.
+_c_make_encoder: Callable[..., Callable[[Any, int], Sequence[str]]] | None = getattr(
+    json.encoder, "c_make_encoder", None
+)
+_c_encode = (
+    _c_make_encoder(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", False, False, False)
+    if _c_make_encoder is not None
+    else None
+)
+
+
 def dumps(value: Any) -> str:
-    """Serialise ``value`` compactly; raises ``ValueError``/``TypeError`` on what JSON refuses."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """Serialise ``value`` compactly, as ``json.dumps(value, separators=(",", ":"),
+    ensure_ascii=False, allow_nan=False)`` does; raises ``ValueError``/``TypeError`` (or
+    ``RecursionError``) on what JSON refuses."""
+    if _c_encode is None or isinstance(value, str):  # pragma: no cover - CPython has the C encoder
+        return _ENCODER.encode(value)
+    return "".join(_c_encode(value, 0))
 
 
 def _checked_dumps(value: Any, find_problem: Callable[[], str | None]) -> tuple[str | None, int, str | None]:
@@ -140,6 +160,8 @@ def _checked_dumps(value: Any, find_problem: Callable[[], str | None]) -> tuple[
             return None, 0, found
         if text is None:  # pragma: no cover - _problem covers every case json.dumps refuses
             return None, 0, "arguments are not JSON-serialisable"
+    if text.isascii():
+        return text, len(text), None
     try:
         return text, len(text.encode("utf-8")), None
     except UnicodeEncodeError:
@@ -165,6 +187,56 @@ def encode_args(task: str, args: dict[str, Any], max_bytes: int) -> str:
             "(Queue(max_payload_bytes=...)); store large data in a table and pass its id"
         )
     return text
+
+
+def encode_args_array(task: str, calls: list[dict[str, Any]], max_bytes: int, call: str) -> str:
+    """Return many jobs' arguments as one JSON array (each element as :func:`encode_args` would
+    write it), or raise naming the first offending item of ``call`` and its argument.
+
+    The batch is encoded in one call, which costs a fifth of encoding it job by job; the checks
+    :func:`encode_args` makes on each job's text are made on the whole array where that proves
+    every job passes them, and job by job (naming the culprit) where it cannot.
+    """
+    try:
+        array: str | None = dumps(calls)
+    except (TypeError, ValueError, RecursionError):
+        array = None
+    if array is not None and "\\u0000" not in array and "\x00" not in array:
+        fits = len(array) <= max_bytes if array.isascii() else _utf8_size(array) <= max_bytes
+        # A job's own brackets bound its depth; only jobs holding lists or dicts can be deep.
+        # Past each job's own braces, the batch's brackets bound every job's depth.
+        shallow = array.count("[") + array.count("{") - 1 - len(calls) < MAX_DEPTH or not any(
+            _deep(args) for args in calls if not _FLAT.issuperset(map(type, args.values()))
+        )
+        if fits and shallow:
+            return array
+    texts = []
+    for i, args in enumerate(calls):
+        try:
+            texts.append(encode_args(task, args, max_bytes))
+        except JobArgumentsError as exc:
+            raise type(exc)(f"item {i} of {call}: {exc}") from None
+    return "[" + ",".join(texts) + "]"
+
+
+def _utf8_size(text: str) -> int:
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:  # an unpaired surrogate: let the job-by-job checks name it
+        return sys.maxsize
+
+
+_FLAT = frozenset({str, int, float, bool, type(None)})
+
+
+def _deep(args: dict[str, Any]) -> bool:
+    """Could this job's arguments nest more than ``MAX_DEPTH`` levels? (Its text's brackets
+    bound the depth, as in ``_checked_dumps``.)"""
+    for value in args.values():
+        if isinstance(value, list | tuple | dict):
+            text = dumps(args)
+            return text.count("[") + text.count("{") > MAX_DEPTH
+    return False
 
 
 def encode_result(value: Any) -> str | None:

@@ -45,13 +45,7 @@ SELECT 1;
 WITH ins AS (
     INSERT INTO {schema}.jobs AS j
         (queue, task, args, priority, run_at, max_attempts, dedup_key, archive)
-    -- asyncpg sends 0001-01-01 00:00 UTC and 9999-12-31 23:59:59.999999 UTC, the ends of the
-    -- run_at range, as -infinity and infinity: store the instants themselves.
-    VALUES ($1, $2, $8::jsonb, $3,
-            CASE $4::timestamptz WHEN '-infinity' THEN '0001-01-01 00:00:00+00'
-                                 WHEN 'infinity' THEN '9999-12-31 23:59:59.999999+00'
-                                 ELSE coalesce($4::timestamptz, now()) END
-            + make_interval(secs => $5), $6, $9, $7)
+    VALUES ($1, $2, $8::jsonb, $3, {run_at}, $6, $9, $7)
     ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
     DO UPDATE SET dedup_key = EXCLUDED.dedup_key
     RETURNING j.id, (j.xmax = 0) AS inserted, j.run_at
@@ -66,32 +60,34 @@ FROM ins;
 
 -- name: enqueue_many
 -- Insert many jobs of one task in one statement, in the order given, and send one NOTIFY.
--- Rows whose dedup key is already live return the live job's id.
+-- $8 is one JSON array of the jobs' arguments: one parameter parsed once, which costs the
+-- server no more than an array of texts cast row by row, and lets the caller encode the batch
+-- as one string. The rows are inserted in array order (a lone function scan feeds the INSERT,
+-- so the identity values follow the input), and come back in that order. No dedup key here
+-- (a bulk call refuses one; add_jobs() takes them in SQL), so no ON CONFLICT arbiter either.
 WITH ins AS (
-    INSERT INTO {schema}.jobs AS j
-        (queue, task, args, priority, run_at, max_attempts, dedup_key, archive)
-    SELECT $1, $2, t.args::jsonb, $3,
-           -- The ends of the run_at range arrive as -infinity and infinity: see enqueue.
-           CASE $4::timestamptz WHEN '-infinity' THEN '0001-01-01 00:00:00+00'
-                                WHEN 'infinity' THEN '9999-12-31 23:59:59.999999+00'
-                                ELSE coalesce($4::timestamptz, now()) END
-           + make_interval(secs => $5),
-           $6, t.dedup_key, $7
-    FROM unnest($8::text[], $9::text[]) WITH ORDINALITY AS t(args, dedup_key, ord)
-    ORDER BY t.ord
-    ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
-    DO UPDATE SET dedup_key = EXCLUDED.dedup_key
-    RETURNING j.id, j.dedup_key, j.run_at
+    INSERT INTO {schema}.jobs AS j (queue, task, args, priority, run_at, max_attempts, archive)
+    SELECT $1, $2, t.args, $3, (SELECT {run_at}), $6, $7
+    FROM jsonb_array_elements($8::jsonb) AS t(args)
+    RETURNING j.id
 ),
 notified AS (
-    -- As in enqueue: one NOTIFY, for the earliest of the jobs.
-    SELECT CASE WHEN m.first > now()
-                THEN pg_notify($11, extract(epoch FROM m.first - now())::text || ' ' || $1)
-                ELSE pg_notify($10, $1) END
-    FROM (SELECT min(ins.run_at) AS first FROM ins) AS m
-    WHERE m.first IS NOT NULL
+    -- As in enqueue: one NOTIFY, on the jobs channel ($9) or, for delayed jobs, the due one ($10).
+    SELECT CASE WHEN c.run_at > now()
+                THEN pg_notify($10, extract(epoch FROM c.run_at - now())::text || ' ' || $1)
+                ELSE pg_notify($9, $1) END
+    FROM (SELECT {run_at} AS run_at) AS c
 )
-SELECT ins.id, ins.dedup_key, (SELECT count(*) FROM notified) AS notified FROM ins;
+SELECT ins.id FROM ins, (SELECT count(*) FROM notified) AS n;
+
+-- fragment: run_at
+-- When a job enqueued with run_at $4 and delay $5 (seconds) becomes due. asyncpg sends
+-- 0001-01-01 00:00 UTC and 9999-12-31 23:59:59.999999 UTC, the ends of the run_at range, as
+-- -infinity and infinity: store the instants themselves.
+CASE $4::timestamptz WHEN '-infinity' THEN '0001-01-01 00:00:00+00'
+                     WHEN 'infinity' THEN '9999-12-31 23:59:59.999999+00'
+                     ELSE coalesce($4::timestamptz, now()) END
++ make_interval(secs => $5)
 
 -- fragment: commit_mode
 -- True, once it has set how the statement's own transaction commits (a one-time filter, run

@@ -13,7 +13,7 @@ import dataclasses
 import datetime
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 
 from . import enqueue, payload
 from .checks import (
@@ -183,15 +183,31 @@ class Task(Generic[P, R]):
                 named[name] = value
         return named
 
+    def fits_as_is(self, kwargs: dict[str, Any]) -> bool:
+        """Are these keyword arguments already what :meth:`named_args` would return (the fast
+        check a bulk enqueue makes per job; False means: ask named_args)?"""
+        names = self._names
+        if names is None:
+            return False
+        keys = kwargs.keys()
+        return keys <= names and self._required <= keys
+
+    def named_args(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """One call's arguments by name, checked against the signature, with the hooks' headers
+        if any: the object stored as the job's arguments."""
+        named = self.bind_arguments(args, kwargs)
+        if headers:
+            named[HEADERS_KEY] = dict(headers)
+        return named
+
     def encode(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], headers: Mapping[str, str] | None = None
     ) -> str:
         """Check and serialise one call's arguments (and the hooks' headers, if any) to the JSON
         text stored in the job."""
-        named = self.bind_arguments(args, kwargs)
-        if headers:
-            named[HEADERS_KEY] = dict(headers)
-        return payload.encode_args(self.name, named, self.app.max_payload_bytes)
+        return payload.encode_args(self.name, self.named_args(args, kwargs, headers), self.app.max_payload_bytes)
 
     def arguments_problem(self, args: Mapping[str, Any]) -> str | None:
         """Why a stored job's arguments do not fit this task's signature (naming the task and the
@@ -205,6 +221,9 @@ class Task(Generic[P, R]):
         except JobArgumentsError as exc:
             return str(exc)
         return None
+
+
+_STR_ONLY = frozenset({str})
 
 
 class NamedTask:
@@ -251,13 +270,19 @@ class NamedTask:
         )
         return Enqueuer(self, opts, _writer(self.name, conn))
 
-    def encode(
-        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], headers: Mapping[str, str] | None = None
-    ) -> str:
-        """Check and serialise a JSON object of keyword arguments (the signature too, when the
-        task is registered in this process), with the hooks' headers if any."""
+    def fits_as_is(self, kwargs: dict[str, Any]) -> bool:
+        """See :meth:`Task.fits_as_is`: a JSON object whose names are all str."""
         if self._local is not None:
-            return self._local.encode(args, kwargs, headers)
+            return self._local.fits_as_is(kwargs)
+        return _STR_ONLY.issuperset(map(type, kwargs))
+
+    def named_args(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """A JSON object of keyword arguments, checked (against the signature too, when the task
+        is registered in this process), with the hooks' headers if any."""
+        if self._local is not None:
+            return self._local.named_args(args, kwargs, headers)
         if args:
             raise JobArgumentsError(f"task {self.name!r}: arguments by name are keyword arguments only")
         for name in kwargs:
@@ -268,7 +293,13 @@ class NamedTask:
         named = dict(kwargs)
         if headers:
             named[HEADERS_KEY] = dict(headers)
-        return payload.encode_args(self.name, named, self.app.max_payload_bytes)
+        return named
+
+    def encode(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> str:
+        """Check and serialise a JSON object of keyword arguments, with the hooks' headers if any."""
+        return payload.encode_args(self.name, self.named_args(args, kwargs, headers), self.app.max_payload_bytes)
 
 
 def checked_options(
@@ -336,11 +367,11 @@ class Enqueuer(Generic[P, R]):
         calls = list(items)
         app = self.task.app
         with entered(app.enqueue_hooks, self.task, len(calls)) as headers:
-            texts = self._encode_many(calls, headers)
-            if not texts:
+            if not calls:
                 return []
-            ids = await enqueue.insert_many(app.database, self.task, self.opts, texts, None, self.conn)
-        return [JobRef(job_id, app) for job_id in ids]
+            array = self._encode_many(calls, headers)
+            ids = await enqueue.insert_many(app.database, self.task, self.opts, array, len(calls), self.conn)
+        return JobRef.many(ids, app)
 
     def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """Store one job through the sync connection given as ``conn`` (psycopg or Django), in
@@ -351,27 +382,33 @@ class Enqueuer(Generic[P, R]):
     def enqueue_many_sync(self, items: Iterable[Mapping[str, Any]]) -> list[int]:
         """Store one job per mapping of keyword arguments through the sync connection given as
         ``conn``, in one statement; return their ids. Starts no event loop."""
-        texts = self._encode_many(items)
-        if not texts:
+        calls = list(items)
+        if not calls:
             return []
-        return enqueue.insert_many_sync(self.task.app.database, self.task, self.opts, texts, self.conn)
+        array = self._encode_many(calls)
+        return enqueue.insert_many_sync(self.task.app.database, self.task, self.opts, array, len(calls), self.conn)
 
-    def _encode_many(
-        self, items: Iterable[Mapping[str, Any]], headers: Mapping[str, str] | None = None
-    ) -> list[str]:
+    def _encode_many(self, items: Iterable[Mapping[str, Any]], headers: Mapping[str, str] | None = None) -> str:
+        """The jobs' arguments as one JSON array; refuses the batch naming the first bad item."""
         if self.opts.key is not None:
             raise ConfigurationError(
                 f"task {self.task.name!r}: enqueue_many cannot give one dedup key to many jobs"
             )
-        texts = []
-        for i, item in enumerate(items):
+        calls = items if isinstance(items, list) else list(items)
+        app = self.task.app
+        if not headers and set(map(type, calls)) == {dict} and all(map(self.task.fits_as_is, calls)):
+            # Plain dicts that already fit: encoded before this call returns, so not copied.
+            plain = cast(list[dict[str, Any]], calls)
+            return payload.encode_args_array(self.task.name, plain, app.max_payload_bytes, "enqueue_many")
+        named = []
+        for i, item in enumerate(calls):
             if not isinstance(item, Mapping):
                 raise JobArgumentsError(
                     f"task {self.task.name!r}: item {i} of enqueue_many is a "
                     f"{type(item).__name__}, not a mapping of keyword arguments"
                 )
             try:
-                texts.append(self.task.encode((), item, headers))
+                named.append(self.task.named_args((), item, headers))
             except JobArgumentsError as exc:
                 raise type(exc)(f"item {i} of enqueue_many: {exc}") from None
-        return texts
+        return payload.encode_args_array(self.task.name, named, app.max_payload_bytes, "enqueue_many")

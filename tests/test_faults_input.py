@@ -281,6 +281,39 @@ async def test_payload_limit_is_exact_and_bulk_all_or_nothing(dsn: str, db: asyn
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 1
 
 
+async def test_bulk_checks_each_job_not_the_batch(dsn: str, db: asyncpg.Connection) -> None:
+    """enqueue_many encodes the batch as one JSON array; the limits still apply job by job."""
+    async with aioqueue.Queue(dsn, max_payload_bytes=100) as q:
+
+        @q.task
+        async def take(x: Any) -> None:
+            pass
+
+        deep: list[Any] = []
+        for _ in range(300):
+            deep = [deep]
+        nested = [{"a": [1, {"b": [2, [3]]}]} for _ in range(400)]  # 3,200 brackets, each job 6 deep
+        mixed = [[], ["é"], {"k": None}, (1, 2)]
+        # 2,000 jobs of 30-odd bytes each: the batch is far over 100 bytes, each job is not.
+        ids = await take.enqueue_many([{"x": v} for v in [*range(1000), *nested, *mixed * 150]])
+        assert len(ids) == 2000
+        stored = [r["args"] for r in await db.fetch("SELECT args::text AS args FROM aioqueue.jobs ORDER BY id")]
+        assert stored[0] == '{"x": 0}' and stored[1000] == '{"x": {"a": [1, {"b": [2, [3]]}]}}'
+        assert stored[1400:1404] == ['{"x": []}', '{"x": ["é"]}', '{"x": {"k": null}}', '{"x": [1, 2]}']
+        for bad, error, what in [
+            (deep, aioqueue.JobArgumentsError, "nests lists and dicts more than 256 levels"),
+            ("a\x00b", aioqueue.JobArgumentsError, "NUL character"),
+            ("\ud800", aioqueue.JobArgumentsError, "unpaired surrogate"),
+            (float("nan"), aioqueue.JobArgumentsError, "JSON cannot hold"),
+            ({1j: 1}, aioqueue.JobArgumentsError, "JSON keys are str"),
+            ("y" * 200, aioqueue.PayloadTooLargeError, "over the limit of 100"),
+        ]:
+            with pytest.raises(error, match=f"item 1500 of enqueue_many: task 'take': argument 'x'.*{what}"
+                               if error is not aioqueue.PayloadTooLargeError else f"item 1500 of enqueue_many.*{what}"):
+                await take.enqueue_many([{"x": i} for i in range(1500)] + [{"x": bad}, {"x": 0}])
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 2000  # no job of a refused batch
+
+
 HOSTILE = [
     "'; DROP TABLE aioqueue.jobs; --",
     'q"uote',
