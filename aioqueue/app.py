@@ -88,6 +88,8 @@ class Queue:
         )
         self.admin = Admin(self.database)
         self.max_payload_bytes = max_payload_bytes
+        self.job_ref_type = JobRef.bound_to(self)
+        """The class of the job ids this queue's enqueue calls return."""
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodics: dict[str, Periodic] = {}
         self.middleware: list[Middleware] = []

@@ -9,10 +9,9 @@ parameters, built here once. It returns job ids, never a half-written batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .connections import SCHEMA_SQLSTATES, SYNC_WRITERS, AsyncpgWriter, Row, Writer, sqlstate_of
+from .connections import SCHEMA_SQLSTATES, SYNC_WRITERS, AsyncpgWriter, Writer, sqlstate_of
 from .errors import ConfigurationError, SchemaNotReadyError
 from .job import Connection
 
@@ -47,11 +46,11 @@ def many_params(db: Database, task: JobSource, opts: EnqueueOptions, array: str)
     return (*_fields(task, opts), array, db.channels.jobs, db.channels.due)
 
 
-def _ids(rows: Sequence[Row], expected: int) -> list[int]:
+def _all(ids: list[int], expected: int) -> list[int]:
     """``enqueue_many``'s ids, in the order of the input (the order the rows were inserted)."""
-    if len(rows) != expected:  # pragma: no cover - one row per array element, by construction
-        raise RuntimeError(f"enqueue_many wrote {len(rows)} jobs for {expected} items")
-    return [r[0] for r in rows]
+    if len(ids) != expected:  # pragma: no cover - one row per array element, by construction
+        raise RuntimeError(f"enqueue_many wrote {len(ids)} jobs for {expected} items")
+    return ids
 
 
 def _schema_error(db: Database, exc: Exception) -> SchemaNotReadyError | None:
@@ -63,19 +62,20 @@ def _schema_error(db: Database, exc: Exception) -> SchemaNotReadyError | None:
     return None
 
 
-async def _rows(db: Database, writer: Writer | Connection | None, sql: str, params: tuple[Any, ...]) -> list[Row]:
+async def _ids_of(db: Database, writer: Writer | Connection | None, sql: str, params: tuple[Any, ...]) -> list[int]:
+    """Run an enqueue statement; return the first column of its rows (the job ids)."""
     if writer is None or not isinstance(writer, Writer):
         async with db.connection(writer) as c:
-            return [tuple(r) for r in await c.fetch(sql, *params)]
+            return [r[0] for r in await c.fetch(sql, *params)]
     if isinstance(writer, AsyncpgWriter):
         async with db.connection(writer.check()) as c:
-            return [tuple(r) for r in await c.fetch(sql, *params)]
+            return [r[0] for r in await c.fetch(sql, *params)]
     if isinstance(writer, SYNC_WRITERS):
         raise ConfigurationError(
             f"conn is a sync connection ({type(writer.conn).__name__}): use enqueue_sync()/enqueue_many_sync()"
         )
     try:
-        return await writer.rows(sql, params)
+        return [r[0] for r in await writer.rows(sql, params)]
     except Exception as exc:
         missing = _schema_error(db, exc)
         if missing is None:
@@ -83,7 +83,8 @@ async def _rows(db: Database, writer: Writer | Connection | None, sql: str, para
         raise missing from exc
 
 
-def _rows_sync(db: Database, writer: Writer | None, sql: str, params: tuple[Any, ...]) -> list[Row]:
+def _ids_of_sync(db: Database, writer: Writer | None, sql: str, params: tuple[Any, ...]) -> list[int]:
+    """:func:`_ids_of` on a sync connection."""
     if not isinstance(writer, SYNC_WRITERS):
         what = "no conn" if writer is None else f"the async connection {type(writer.conn).__name__}"
         raise ConfigurationError(
@@ -91,7 +92,7 @@ def _rows_sync(db: Database, writer: Writer | None, sql: str, params: tuple[Any,
             f"connection), given with options(conn=...); got {what}: use `await enqueue()` instead"
         )
     try:
-        return writer.rows(sql, params)
+        return [r[0] for r in writer.rows(sql, params)]
     except Exception as exc:
         missing = _schema_error(db, exc)
         if missing is None:
@@ -103,8 +104,8 @@ async def insert_one(
     db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | Connection | None
 ) -> int:
     """Write one job and its NOTIFY; return its id (the live job's, when its dedup key is taken)."""
-    rows = await _rows(db, conn, db.queries.enqueue, one_params(db, task, opts, args))
-    return int(rows[0][0])
+    ids = await _ids_of(db, conn, db.queries.enqueue, one_params(db, task, opts, args))
+    return int(ids[0])
 
 
 async def insert_many(
@@ -112,19 +113,17 @@ async def insert_many(
 ) -> list[int]:
     """Write ``count`` jobs of one task, their arguments the JSON array ``array``, in one
     statement and one NOTIFY; return their ids in the order given."""
-    rows = await _rows(db, conn, db.queries.enqueue_many, many_params(db, task, opts, array))
-    return _ids(rows, count)
+    return _all(await _ids_of(db, conn, db.queries.enqueue_many, many_params(db, task, opts, array)), count)
 
 
 def insert_one_sync(db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | None) -> int:
     """:func:`insert_one` on a sync connection (psycopg or Django), with no event loop."""
-    rows = _rows_sync(db, conn, db.queries.enqueue, one_params(db, task, opts, args))
-    return int(rows[0][0])
+    ids = _ids_of_sync(db, conn, db.queries.enqueue, one_params(db, task, opts, args))
+    return int(ids[0])
 
 
 def insert_many_sync(
     db: Database, task: JobSource, opts: EnqueueOptions, array: str, count: int, conn: Writer | None
 ) -> list[int]:
     """:func:`insert_many` on a sync connection (psycopg or Django), with no event loop."""
-    rows = _rows_sync(db, conn, db.queries.enqueue_many, many_params(db, task, opts, array))
-    return _ids(rows, count)
+    return _all(_ids_of_sync(db, conn, db.queries.enqueue_many, many_params(db, task, opts, array)), count)

@@ -103,6 +103,9 @@ async def test_bulk_enqueue_of_10000_is_one_round_trip(q: aioqueue.Queue, db: as
     rows = await db.fetch("SELECT id, args FROM aioqueue.jobs ORDER BY id")
     by_id = {r["id"]: json.loads(r["args"])["order_id"] for r in rows}
     assert [by_id[i] for i in ids] == list(range(10_000))  # ids come back in input order
+    # Each id is an int that follows its job on this queue.
+    assert all(isinstance(i, aioqueue.JobRef) and i.queue is q for i in ids)
+    assert (await ids[7].info()).args == {"order_id": 7}  # type: ignore[union-attr]
 
 
 async def test_single_enqueue_is_one_statement(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
