@@ -27,8 +27,8 @@ def test_buffer_follows_rate_times_round_trip_within_the_cap() -> None:
     # No-op jobs at 50,000/s: 50 jobs per 1-ms round trip, times the margin.
     fast = Prefetch(cap=1000)
     fast.claimed(0.001)
-    for step in range(1, 50):
-        fast.finished(500 * step, fast._at + 0.01)
+    for step in range(1, 50):  # samples of 20 ms (above SAMPLE even after float rounding)
+        fast.finished(1000 * step, fast._at + 0.02)
     assert 50 * Prefetch.MARGIN * 0.9 <= fast.target() <= 50 * Prefetch.MARGIN
     fast.claimed(0.5)  # a slow round trip: the buffer would be 50,000, but the cap holds
     assert fast.target() == 1000
