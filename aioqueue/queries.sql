@@ -83,11 +83,13 @@ SELECT ins.id FROM ins, (SELECT count(*) FROM notified) AS n;
 -- fragment: run_at
 -- When a job enqueued with run_at $4 and delay $5 (seconds) becomes due. asyncpg sends
 -- 0001-01-01 00:00 UTC and 9999-12-31 23:59:59.999999 UTC, the ends of the run_at range, as
--- -infinity and infinity: store the instants themselves.
-CASE $4::timestamptz WHEN '-infinity' THEN '0001-01-01 00:00:00+00'
-                     WHEN 'infinity' THEN '9999-12-31 23:59:59.999999+00'
-                     ELSE coalesce($4::timestamptz, now()) END
-+ make_interval(secs => $5)
+-- -infinity and infinity: store the instants themselves. A delay past the last of them stops
+-- there (a later instant would be one no client could read back).
+LEAST(CASE $4::timestamptz WHEN '-infinity' THEN '0001-01-01 00:00:00+00'
+                           WHEN 'infinity' THEN '9999-12-31 23:59:59.999999+00'
+                           ELSE coalesce($4::timestamptz, now()) END
+      + make_interval(secs => $5),
+      '9999-12-31 23:59:59.999999+00')
 
 -- fragment: commit_mode
 -- True, once it has set how the statement's own transaction commits (a one-time filter, run

@@ -139,6 +139,8 @@ async def test_dedup_key_returns_the_live_job(q: aioqueue.Queue, db: asyncpg.Con
     again = await send_email.options(key="order-1").enqueue(order_id=1)
     other = await send_email.options(key="order-2").enqueue(order_id=2)
     assert first == again != other
+    with pytest.raises(aioqueue.ConfigurationError, match="enqueue_many cannot give one dedup key to many jobs"):
+        await send_email.options(key="order-3").enqueue_many([{"order_id": 3}, {"order_id": 4}])
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 2
 
 

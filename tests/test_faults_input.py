@@ -364,7 +364,9 @@ async def test_extreme_schedules_and_priorities(q: aioqueue.Queue, db: asyncpg.C
     await take.options(run_at=datetime.datetime(2000, 1, 1, tzinfo=tz)).enqueue(tag="odd zone")
     await q.worker(concurrency=1).run_until_empty()
     assert order == ["highest", "year 1", "odd zone", "lowest"]
-    assert await db.fetchval("SELECT extract(year FROM run_at) FROM aioqueue.jobs WHERE id = $1", far) == 10009
+    # Ten years past 9999-12-31 stops at its last instant, which every client can read back.
+    info = await q.get_job(far)
+    assert info is not None and info.run_at == datetime.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=datetime.UTC)
 
 
 async def test_rows_written_behind_aioqueues_back_become_dead_not_a_crash_loop(
@@ -540,6 +542,9 @@ async def test_run_at_edges_round_trip_exactly(q: aioqueue.Queue) -> None:
     ids = [int(await take.options(run_at=at).enqueue()) for at in edges]
     ids += [int(i) for i in await take.options(run_at=edges[0]).enqueue_many([{}])]
     ids += [int(i) for i in await take.options(run_at=edges[3]).enqueue_many([{}])]
-    for job_id, at in zip(ids, [*edges, edges[0], edges[3]], strict=True):
+    # A delay past the last instant stops there: the job stays readable.
+    ids += [int(await take.options(run_at=edges[5], delay=60).enqueue())]
+    ids += [int(i) for i in await take.options(run_at=edges[4], delay=3600).enqueue_many([{}])]
+    for job_id, at in zip(ids, [*edges, edges[0], edges[3], edges[3], edges[3]], strict=True):
         info = await q.get_job(job_id)
         assert info is not None and info.run_at == at and info.run_at.utcoffset() is not None, (at, info)
