@@ -1,11 +1,13 @@
-"""Serve a worker's health over HTTP for an orchestrator's probes (``health_port``).
+"""Serve a worker's health over HTTP for an orchestrator's probes (``health_port``), or the
+health of a group of workers run in one process (``run_workers(..., health_port=...)``).
 
 ``GET /live`` answers 200 while the event loop answers (a blocked loop answers nothing, which a
 probe's timeout reads as a failure) and the worker's services are running. ``GET /ready``
 answers 200 while, in addition, the database answered a check within ``unready_after`` seconds
 and the schema is at least at this code's version; else 503, with the reason in the JSON body. The
 database is checked in the background once a second or so, never by a probe, so probes cost the
-database nothing. It runs in the worker's task group and never touches jobs.
+database nothing. It runs in the worker's task group and never touches jobs. A group's
+server answers 200 only while every worker would, and names each worker in the body.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -31,21 +33,23 @@ _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Servic
 
 
 class Health:
-    """Liveness and readiness of one worker, and the HTTP server that reports them."""
+    """Liveness and readiness of one worker; :meth:`run` also serves them over HTTP."""
 
     def __init__(
         self,
         db: Database,
         serving: Callable[[], str | None],
         *,
-        port: int,
+        port: int = 0,
         host: str = "0.0.0.0",
         unready_after: float = 10.0,
+        name: str = "",
     ) -> None:
         self.db = db
         self.serving = serving
         """Returns None while the worker's services run, ``"stopping"`` while it drains, else why
         they do not run."""
+        self.name = name
         self.host = host
         self.port = port
         """The port served (the one the OS chose, when asked for port 0)."""
@@ -74,15 +78,15 @@ class Health:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Check the database and serve probes until cancelled; started once listening."""
-        listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port, reuse_port=False)
-        async with listener, anyio.create_task_group() as tg:
-            self.port = listener.extra(SocketAttribute.local_port)
-            await tg.start(self._watch_database)
-            logger.info("serving health probes at http://%s:%d/live and /ready", self.host, self.port)
+        server = HealthServer([self], host=self.host, port=self.port)
+        async with anyio.create_task_group() as tg:
+            await tg.start(server.run)
+            self.port = server.port
             task_status.started()
-            await listener.serve(self._answer, task_group=tg)
 
-    async def _watch_database(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def watch(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Ask the database for the schema's version about once a second, until cancelled;
+        started once the first answer (or failure) is in."""
         latest = migrations.latest_version()
         first = True
         while True:
@@ -100,6 +104,44 @@ class Health:
                 first = False
                 task_status.started()
             await anyio.sleep(self.check_interval)
+
+class HealthServer:
+    """The HTTP server that answers probes for one worker's :class:`Health`, or for a group's:
+    a group is live while every worker is, ready while every worker is."""
+
+    def __init__(self, checks: Sequence[Health], *, host: str = "0.0.0.0", port: int = 0) -> None:
+        if not checks:
+            raise ValueError("a health server needs at least one worker to report on")
+        self.checks = list(checks)
+        self.host = host
+        self.port = port
+        """The port served (the one the OS chose, when asked for port 0)."""
+
+    def live(self) -> tuple[bool, dict[str, object]]:
+        """Whether every worker is alive, and the details a probe gets."""
+        return self._combined([check.live() for check in self.checks])
+
+    def ready(self) -> tuple[bool, dict[str, object]]:
+        """Whether every worker should be sent work."""
+        return self._combined([check.ready() for check in self.checks])
+
+    def _combined(self, answers: list[tuple[bool, dict[str, object]]]) -> tuple[bool, dict[str, object]]:
+        if len(answers) == 1:
+            return answers[0]
+        ok = all(answer for answer, _ in answers)
+        workers = {check.name: details for check, (_, details) in zip(self.checks, answers, strict=True)}
+        return ok, {"status": "ok" if ok else "failing", "workers": workers}
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Check each worker's database and serve probes until cancelled; started once listening."""
+        listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port, reuse_port=False)
+        async with listener, anyio.create_task_group() as tg:
+            self.port = listener.extra(SocketAttribute.local_port)
+            for check in self.checks:
+                await tg.start(check.watch)
+            logger.info("serving health probes at http://%s:%d/live and /ready", self.host, self.port)
+            task_status.started()
+            await listener.serve(self._answer, task_group=tg)
 
     async def _answer(self, stream: SocketStream) -> None:
         async with stream:

@@ -203,7 +203,7 @@ class Worker:
                     services.start_soon(self._watch_signals)
                 if cfg.health_port is not None:
                     self.health = Health(db, self._services_state, port=cfg.health_port, host=cfg.health_addr,
-                                         unready_after=cfg.unready_after)
+                                         unready_after=cfg.unready_after, name=self.name)
                     await services.start(self.health.run)
                 self._serving = True
                 logger.info("worker %s started: queues=%s concurrency=%d", self.name, ",".join(queues),
@@ -294,6 +294,11 @@ class Worker:
         if not await self.claims.idle.wait(10.0):
             logger.error("handlers ignored cancellation; abandoning them to the lease")
             runners.cancel()
+
+    def health_check(self, unready_after: float = 10.0) -> Health:
+        """This worker's liveness and readiness, for a server that reports on a group of workers
+        (:func:`~aioqueue.run_workers` with ``health_port``)."""
+        return Health(self.app.database, self._services_state, unready_after=unready_after, name=self.name)
 
     def _services_state(self) -> str | None:
         """None while the worker's services run and it claims; else what it is doing instead."""

@@ -175,8 +175,8 @@ async def _check_schema(queue: Queue) -> None:
 
 def _run_several(targets: list[str], args: argparse.Namespace) -> int:
     """Serve several Queues (each in its own database) from one process, or from each of N."""
-    refused = [flag for flag, value in (("--dsn", getattr(args, "dsn", None)), ("--health-port", args.health_port),
-                                        ("--listen-dsn", args.listen_dsn)) if value is not None]
+    refused = [flag for flag, value in (("--dsn", getattr(args, "dsn", None)), ("--listen-dsn", args.listen_dsn))
+               if value is not None]
     if refused:
         raise UsageError(f"{', '.join(refused)} take(s) one target: with several, each Queue names its own database")
     queues = [load_queue(target) for target in targets]
@@ -207,6 +207,7 @@ async def _work_several(queues: list[Queue], config: WorkerConfig, args: argpars
 
     options = {**_as_options(config), "install_signal_handlers": False}
     options.pop("name")  # each worker names itself
+    options.pop("health_port", None)  # one server answers for the group
     workers = [queue.worker(**options) for queue in queues]
     metrics = _serve_metrics(queues[0], args)
     async with contextlib.AsyncExitStack() as stack:
@@ -221,7 +222,8 @@ async def _work_several(queues: list[Queue], config: WorkerConfig, args: argpars
             if args.supervised_by is not None:
                 for worker in workers:
                     tg.start_soon(_stop_when_orphaned, args.supervised_by, worker)
-            await run_workers(workers)
+            await run_workers(workers, health_port=config.health_port, health_addr=config.health_addr,
+                              unready_after=config.unready_after)
             tg.cancel_scope.cancel()
     return EXIT_OK
 

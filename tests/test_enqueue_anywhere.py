@@ -395,7 +395,8 @@ async def test_sql_functions_check_their_inputs(db: asyncpg.Connection) -> None:
     # A run_at no client could read back is refused by the table itself, whoever writes it.
     for sql in ("SELECT aioqueue.add_job('t', run_at => '20000-01-01 00:00+00')",
                 "SELECT aioqueue.add_job('t', run_at => '9999-12-31 00:00+00', delay_seconds => 86400)",
-                "INSERT INTO aioqueue.jobs (queue, task, run_at) VALUES ('q', 't', '0001-01-01 00:00+00'::timestamptz - interval '1 day')"):
+                "INSERT INTO aioqueue.jobs (queue, task, run_at) "
+                "VALUES ('q', 't', '0001-01-01 00:00+00'::timestamptz - interval '1 day')"):
         with pytest.raises(asyncpg.CheckViolationError, match="jobs_run_at_within_year_1_to_9999"):
             await db.execute(sql)
 
