@@ -75,7 +75,7 @@ class Attempts:
         self.handlers_alongside[claim] = {c for c in self.live if c[0] == job.id}
         assert self.worker is not None and self.worker.executor is not None
         self.alongside[claim] = {
-            other: (attempt.scope.cancel_called, attempt.interrupt)
+            other: (attempt.cancel_sent, attempt.interrupt)
             for other, attempt in self.worker.executor.running.items()
             if other[0] == job.id and other != claim
         }
@@ -151,7 +151,7 @@ async def watch_running(worker: aioqueue.Worker, violations: list[str], overlaps
                     if attempt == max(attempts):
                         continue
                     entry = executor.running[(job_id, attempt)]
-                    if not (entry.scope.cancel_called and entry.interrupt is Interrupt.LEASE_LOST):
+                    if not (entry.cancel_sent and entry.interrupt is Interrupt.LEASE_LOST):
                         violations.append(
                             f"job {job_id}: attempt {attempt} running uncancelled ({entry.interrupt}) "
                             f"beside attempt {max(attempts)}"
