@@ -168,8 +168,9 @@ class Executor:
         """Cancel every running handler; return how many."""
         return sum(self.interrupt(claim, reason) for claim in list(self.running))
 
-    async def execute(self, job: Job) -> None:
-        """Run ``job``'s handler to an outcome and hand that outcome to the completer."""
+    async def execute(self, job: Job, runner: asyncio.Task[Any] | None = None) -> None:
+        """Run ``job``'s handler to an outcome and hand that outcome to the completer; ``runner``
+        is the task this runs in (looked up when not given)."""
         task = self.tasks.get(job.task)
         if task is None:
             self._fail(
@@ -185,7 +186,7 @@ class Executor:
             return
 
         claim = claim_of(job)
-        runner = asyncio.current_task()
+        runner = runner or asyncio.current_task()
         assert runner is not None  # execute() always runs in a task
         attempt = self.running[claim] = _Attempt(job, runner)
         job_token = _current.set(job)

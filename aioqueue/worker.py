@@ -12,6 +12,7 @@ completer).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import signal
@@ -255,6 +256,7 @@ class Worker:
         self, receive: MemoryObjectReceiveStream[Job], executor: Executor, completer: Completer
     ) -> None:
         taken = 0
+        task = asyncio.current_task()  # the one an interruption of this runner's job cancels
         async with receive:
             while True:
                 # Take a buffered job without the checkpoint anyio's receive() makes first (a
@@ -277,7 +279,7 @@ class Worker:
                         # Claimed but not started when shutdown began: give it back untouched.
                         completer.rescheduled(job, 0.0)
                     else:
-                        await executor.execute(job)
+                        await executor.execute(job, task)
                 except Exception:
                     # Only a bug in aioqueue's own bookkeeping gets here (handlers' errors are
                     # outcomes): say so loudly and keep the worker's other jobs running. The
