@@ -1,14 +1,49 @@
-"""Helpers for worker tests: run a worker in the background, wait for conditions."""
+"""Helpers for worker tests: run a worker in the background, wait for conditions, drive a
+queue from a sync (hypothesis) test."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import anyio
+import asyncpg
 
 import aioqueue
+
+T = TypeVar("T")
+H = TypeVar("H", bound="LoopHarness")
+
+
+class LoopHarness:
+    """For tests that cannot be async (hypothesis drives them): an event loop of the test's own,
+    an open queue on the test's database, and a direct connection; :meth:`run` drives a
+    coroutine on that loop, under a timeout."""
+
+    def __init__(self, dsn: str, **queue_options: Any) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.queue = aioqueue.Queue(dsn, **queue_options)
+        self.run(self.queue.open())
+        self.conn: asyncpg.Connection = self.run(asyncpg.connect(dsn))
+
+    def run(self, coro: Awaitable[T], timeout: float = 60.0) -> T:
+        return self.loop.run_until_complete(asyncio.wait_for(coro, timeout))
+
+    def close(self) -> None:
+        self.run(self.conn.close())
+        self.run(self.queue.close())
+        self.loop.close()
+
+
+def closed_after(harness: H) -> Iterator[H]:
+    """Yield ``harness`` to a fixture's test, then close it."""
+    try:
+        yield harness
+    finally:
+        harness.close()
 
 
 @contextlib.asynccontextmanager

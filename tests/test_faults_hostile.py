@@ -11,18 +11,15 @@ and every good job ran.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
-import asyncpg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import aioqueue
-
+from .helpers import LoopHarness, closed_after
 from .test_faults_input import json_values
 
 T = TypeVar("T")
@@ -76,14 +73,11 @@ hostile_rows = st.one_of(
 )
 
 
-class Harness:
+class Harness(LoopHarness):
     """An event loop of the test's own, an open queue with its tasks, and a direct connection."""
 
     def __init__(self, dsn: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.queue = aioqueue.Queue(dsn, pool_max_size=3)
-        self.run(self.queue.open())
-        self.conn: asyncpg.Connection = self.run(asyncpg.connect(dsn))
+        super().__init__(dsn, pool_max_size=3)
         self.results: list[Any] = []
         self.pinged = 0
 
@@ -97,22 +91,10 @@ class Harness:
 
         self.give = give
 
-    def run(self, coro: Awaitable[T]) -> T:
-        return self.loop.run_until_complete(asyncio.wait_for(coro, 60))
-
-    def close(self) -> None:
-        self.run(self.conn.close())
-        self.run(self.queue.close())
-        self.loop.close()
-
 
 @pytest.fixture
 def harness(dsn: str) -> Iterator[Harness]:
-    h = Harness(dsn)
-    try:
-        yield h
-    finally:
-        h.close()
+    yield from closed_after(Harness(dsn))
 
 
 @settings(max_examples=60, deadline=None,

@@ -10,11 +10,10 @@ the handler would be called with.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import json
 import math
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import asyncpg
@@ -28,6 +27,8 @@ from aioqueue.config import WorkerConfig
 from aioqueue.producer import Producer
 from aioqueue.task import MAX_DELAY_SECONDS
 
+from .helpers import LoopHarness, closed_after
+
 T = TypeVar("T")
 MAX_BYTES = 300
 _ODD = ["\u2028", "\ufeff", "\uffff", "\U0001f600", "e\u0301", "\u202e", "\\u0000", "'", '"', ";", "\\",
@@ -35,14 +36,11 @@ _ODD = ["\u2028", "\ufeff", "\uffff", "\U0001f600", "e\u0301", "\u202e", "\\u000
 _UNSTORABLE = ["\x00", "\ud800", "\udfff"]
 
 
-class Harness:
+class Harness(LoopHarness):
     """An event loop of the test's own, a queue on the test's database, and a claim."""
 
     def __init__(self, dsn: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.queue = aioqueue.Queue(dsn, max_payload_bytes=MAX_BYTES, pool_max_size=2)
-        self.run(self.queue.open())
-        self.conn: asyncpg.Connection = self.run(asyncpg.connect(dsn))
+        super().__init__(dsn, max_payload_bytes=MAX_BYTES, pool_max_size=2)
 
         @self.queue.task(name="take")
         async def take(**kwargs: Any) -> None:
@@ -51,25 +49,13 @@ class Harness:
         self.take = take
         self.producer = Producer(self.queue.database, WorkerConfig(name="hypothesis", lease=60), queues=["default"])
 
-    def run(self, coro: Awaitable[T]) -> T:
-        return self.loop.run_until_complete(coro)
-
     def count(self) -> int:
         return int(self.run(self.conn.fetchval("SELECT count(*) FROM aioqueue.jobs")))
-
-    def close(self) -> None:
-        self.run(self.conn.close())
-        self.run(self.queue.close())
-        self.loop.close()
 
 
 @pytest.fixture
 def harness(dsn: str) -> Iterator[Harness]:
-    h = Harness(dsn)
-    try:
-        yield h
-    finally:
-        h.close()
+    yield from closed_after(Harness(dsn))
 
 
 def _refusable(value: Any) -> bool:
