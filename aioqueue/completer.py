@@ -210,16 +210,11 @@ class Completer:
 
     async def _write(self, batch: _Batch) -> None:
         q, ch = self.db.queries, self.db.channels
-        # Every write names its rows in id order, as the heartbeat does (see Heartbeat.beat).
-        batch.failures.sort(key=lambda x: x.job_id)
-        batch.reschedules.sort(key=lambda x: x[0])
         async with self.db.connection() as conn:
             if batch.done_ids:
-                done = sorted(zip(batch.done_ids, batch.done_attempts, batch.done_results, strict=True),
-                              key=lambda d: (d[0], d[1]))
                 await conn.execute(
-                    q.complete, [d[0] for d in done], [d[1] for d in done], [d[2] for d in done], ch.done,
-                    ch.jobs, self.commit_mode,
+                    q.complete, batch.done_ids, batch.done_attempts, batch.done_results, ch.done, ch.jobs,
+                    self.commit_mode,
                 )
                 batch.done_ids, batch.done_attempts, batch.done_results = [], [], []
             if batch.failures:

@@ -48,9 +48,7 @@ class Heartbeat:
 
     async def beat(self) -> list[ClaimKey]:
         """Extend every held lease now; return the claims whose lease was lost."""
-        # In id order, as the completer writes outcomes: two statements that lock the same rows
-        # lock them in one order, so the heartbeat and an outcome write cannot deadlock.
-        held = sorted(self.claims.held())
+        held = self.claims.held()
         if not held:
             return []
         async with self.db.connection() as conn:
