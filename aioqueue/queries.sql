@@ -463,11 +463,32 @@ SELECT f.id, (SELECT count(*) FROM notified) AS notified FROM finished AS f WHER
 -- Heartbeat: push out the leases of every claim (id $1, attempt $2) this worker holds; returns
 -- the claims it still holds, so the caller learns which it lost. Fenced by the claim, so a lease
 -- that expired but was not reaped yet is renewed only for the attempt that still holds the row.
-UPDATE {schema}.jobs AS j
-SET lease_expires_at = now() + make_interval(secs => $3)
-FROM unnest($1::bigint[], $2::int[]) AS h(id, attempts)
-WHERE j.id = h.id AND j.attempts = h.attempts AND j.status || '' = 'running'  -- see complete
-RETURNING j.id, j.attempts;
+-- It never waits for a row lock (SKIP LOCKED): a row another transaction holds is being written
+-- by this worker's completer (its outcome) or by the reaper or an operator, and the heartbeat
+-- takes row locks in no set order, so waiting could deadlock with a completer writing
+-- thousands of outcomes. A skipped row is renewed at the next beat if it is still held; it is
+-- reported held while it still matches the claim in this statement's snapshot.
+WITH held AS (
+    SELECT h.id, h.attempts FROM unnest($1::bigint[], $2::int[]) AS h(id, attempts)
+),
+free AS (
+    SELECT j.id
+    FROM {schema}.jobs AS j
+    JOIN held AS h ON j.id = h.id AND j.attempts = h.attempts
+    -- ANY keeps the lookups on the primary key (see complete for `|| ''`).
+    WHERE j.id = ANY($1::bigint[]) AND j.status || '' = 'running'
+    FOR UPDATE OF j SKIP LOCKED
+),
+renewed AS (
+    UPDATE {schema}.jobs AS j
+    SET lease_expires_at = now() + make_interval(secs => $3)
+    FROM free AS f
+    WHERE j.id = f.id
+)
+SELECT j.id, j.attempts
+FROM {schema}.jobs AS j
+JOIN held AS h ON j.id = h.id AND j.attempts = h.attempts
+WHERE j.id = ANY($1::bigint[]) AND j.status || '' = 'running';
 
 -- name: reap_expired
 -- Return running jobs whose lease expired (their worker died or stalled) to pending, or to

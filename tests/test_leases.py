@@ -47,6 +47,47 @@ async def test_heartbeat_extends_lease_of_a_long_job(q: aioqueue.Queue, db: asyn
     assert await q.get_job(job_id) is None
 
 
+async def test_heartbeat_never_waits_for_a_row_lock(q: aioqueue.Queue, db: asyncpg.Connection, dsn: str) -> None:
+    # A heartbeat that waited for row locks, taken in no set order, could deadlock with this
+    # worker's completer writing thousands of outcomes; leases then expired and jobs ran twice.
+    release = anyio.Event()
+
+    @q.task
+    async def long(n: int) -> None:
+        with anyio.fail_after(30):
+            await release.wait()
+
+    a, b = await long.enqueue_many([{"n": 1}, {"n": 2}])
+    lease_sql = "SELECT lease_expires_at FROM aioqueue.jobs WHERE id = $1"
+    worker = q.worker(lease=30, heartbeat_interval=0.1, reap_interval=3600)
+    async with running(worker):
+        await eventually(lambda: len(worker.executor.running if worker.executor else {}) == 2,
+                         what="both handlers to start")
+        assert worker.heartbeat is not None
+        locker = await asyncpg.connect(dsn)
+        try:
+            async with locker.transaction():
+                await locker.execute("SELECT FROM aioqueue.jobs WHERE id = $1 FOR UPDATE", a)
+                a_before, b_before = await db.fetchval(lease_sql, a), await db.fetchval(lease_sql, b)
+                beats = worker.heartbeat.beats
+                await eventually(lambda: worker.heartbeat is not None and worker.heartbeat.beats >= beats + 3,
+                                 timeout=5, what="heartbeats to go on while a row is locked")
+                assert await db.fetchval(lease_sql, b) > b_before  # the free row was renewed
+                assert await db.fetchval(lease_sql, a) == a_before  # the locked one skipped...
+            # ...and is not taken for lost: its handler still runs, and its lease is renewed
+            # once the lock is gone.
+            assert (a, 1) in (worker.executor.running if worker.executor else {})
+            await eventually(lambda: _later(db, lease_sql, a, a_before), what="the skipped lease to be renewed")
+        finally:
+            await locker.close()
+        release.set()
+        await eventually(lambda: worker.stats.succeeded == 2, what="both jobs to finish")
+
+
+async def _later(db: asyncpg.Connection, sql: str, job_id: int, than: object) -> bool:
+    return bool(await db.fetchval(sql, job_id) > than)
+
+
 async def test_reaper_returns_expired_jobs_or_kills_spent_ones(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
     @q.task(max_attempts=2)
     async def noop() -> None:
