@@ -1,9 +1,9 @@
 """Write the outcomes of finished jobs back to PostgreSQL, many per statement.
 
 Handlers hand their outcome to the completer without waiting (``succeeded``, ``failed``,
-``rescheduled``); its loop writes each kind with one statement for every buffered job, flushing
-when the buffer reaches ``batch_size`` or ``interval`` after the first outcome arrived, and
-always on shutdown. It owns its back-pressure: while more outcomes wait than ``max_backlog``,
+``rescheduled``); its loop writes each kind with one statement for up to ``batch_size`` buffered
+jobs, flushing when the buffer reaches ``batch_size`` or ``interval`` after the first outcome
+arrived, and always on shutdown. It owns its back-pressure: while more outcomes wait than ``max_backlog``,
 ``has_room()`` is false and the producer waits in ``wait_for_room()`` before claiming more. If a
 write fails (the connection dropped, the server restarted) the outcomes
 stay buffered and the write is retried with backoff; while they wait, the heartbeat keeps their
@@ -52,6 +52,24 @@ class _Batch:
 
     def __len__(self) -> int:
         return len(self.done_ids) + len(self.failures) + len(self.reschedules) + len(self.cancels)
+
+    def split(self, n: int) -> tuple[_Batch, _Batch]:
+        """The first ``n`` outcomes (successes first, then failures, reschedules, cancels), and
+        the rest."""
+        if len(self) <= n:
+            return self, _Batch()
+        k = min(n, len(self.done_ids))
+        head = _Batch(self.done_ids[:k], self.done_attempts[:k], self.done_results[:k])
+        rest = _Batch(self.done_ids[k:], self.done_attempts[k:], self.done_results[k:])
+        n -= k
+        k = min(n, len(self.failures))
+        head.failures, rest.failures = self.failures[:k], self.failures[k:]
+        n -= k
+        k = min(n, len(self.reschedules))
+        head.reschedules, rest.reschedules = self.reschedules[:k], self.reschedules[k:]
+        n -= k
+        head.cancels, rest.cancels = self.cancels[:n], self.cancels[n:]
+        return head, rest
 
     def claims(self) -> list[ClaimKey]:
         """The (job id, attempt) of every outcome in the batch."""
@@ -174,7 +192,9 @@ class Completer:
     async def flush(self) -> None:
         """Write everything buffered now; on failure the outcomes stay buffered."""
         while len(self._batch):
-            batch, self._batch = self._batch, _Batch()
+            # At most batch_size outcomes a statement: while one write is in flight, up to
+            # max_backlog gather, and one statement for them all holds their rows' locks longer.
+            batch, self._batch = self._batch.split(self.batch_size)
             self._ready.clear()
             claims = batch.claims()
             self.writing.update(claims)

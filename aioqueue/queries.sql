@@ -300,7 +300,7 @@ SELECT (SELECT count(*) FROM archived) AS cancelled,
 SELECT j.id, j.attempts
 FROM {schema}.jobs AS j
 JOIN unnest($1::bigint[], $2::int[]) AS h(id, attempts) ON j.id = h.id AND j.attempts = h.attempts
-WHERE j.cancel_requested AND j.status = 'running';
+WHERE {among($1)} AND j.cancel_requested AND j.status || '' = 'running';  -- see complete
 
 -- name: finish_cancelled
 -- Record running jobs whose handlers were cancelled on request: moved to the archive as
@@ -309,7 +309,7 @@ WHERE j.cancel_requested AND j.status = 'running';
 WITH finished AS (
     DELETE FROM {schema}.jobs AS j
     USING unnest($1::bigint[], $2::int[]) AS d(id, attempts)
-    WHERE j.id = d.id AND j.attempts = d.attempts AND j.status = 'running'
+    WHERE {among($1)} AND j.id = d.id AND j.attempts = d.attempts AND j.status || '' = 'running'  -- see complete
     RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
 ),
 archived AS (
@@ -339,6 +339,15 @@ INSERT INTO {schema}.periodic AS p (name, last_slot) VALUES ($1, $2)
 ON CONFLICT (name) DO UPDATE SET last_slot = EXCLUDED.last_slot, updated_at = now()
 WHERE p.last_slot < EXCLUDED.last_slot;
 
+-- fragment: among
+-- True for the jobs row `j` whose id is in the array {arg}, found by primary key whatever the
+-- batch's size and the table's statistics. The array goes through a subquery so the planner
+-- cannot count it: counted, a batch of thousands makes a hash join over a scan of the whole
+-- table look cheaper than as many index lookups, and a table swollen with dead rows between
+-- two vacuums makes that scan take seconds (a 4,000-job complete took over 10 s in the soak,
+-- long enough for leases to expire).
+j.id = ANY (ARRAY(SELECT unnest({arg}::bigint[])))
+
 -- fragment: slots_freed
 -- Wake (on the channel given where it is used) the workers of every queue with a concurrency
 -- limit that the `finished` jobs free a slot of, so a claim the limit held back goes at once,
@@ -363,7 +372,7 @@ WITH finished AS (
     USING unnest($1::bigint[], $2::int[], $3::text[]) AS d(id, attempts, result)
     -- `|| ''` keeps the planner on the primary key, off jobs_lease_idx: statistics taken
     -- while nothing ran make that index look empty, and a nested loop over it is quadratic.
-    WHERE j.id = d.id AND j.attempts = d.attempts AND j.status || '' = 'running'
+    WHERE {among($1)} AND j.id = d.id AND j.attempts = d.attempts AND j.status || '' = 'running'
     RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.archive,
               j.created_at, d.result
 ),
@@ -417,7 +426,7 @@ SET status = CASE WHEN f.dead OR j.attempts >= j.max_attempts THEN 'dead' ELSE '
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[], $5::bool[],
             $6::float8[], $7::float8[], $8::float8[], $9::float8[])
      AS f(id, attempts, error, delay, dead, base, factor, max_delay, jitter)
-WHERE j.id = f.id AND j.attempts = f.attempts AND j.status || '' = 'running'  -- see complete
+WHERE {among($1)} AND j.id = f.id AND j.attempts = f.attempts AND j.status || '' = 'running'  -- see complete
 RETURNING j.id, j.queue, j.status, j.run_at
 ),
 notified AS (
@@ -445,7 +454,7 @@ SET status = 'pending',
     locked_at = NULL,
     locked_by = NULL
 FROM unnest($1::bigint[], $2::int[], $3::float8[], $4::text[]) AS r(id, attempts, delay, note)
-WHERE j.id = r.id AND j.attempts = r.attempts AND j.status || '' = 'running'  -- see complete
+WHERE {among($1)} AND j.id = r.id AND j.attempts = r.attempts AND j.status || '' = 'running'  -- see complete
 RETURNING j.id, j.queue, j.status, j.run_at
 ),
 notified AS (
@@ -475,8 +484,7 @@ free AS (
     SELECT j.id
     FROM {schema}.jobs AS j
     JOIN held AS h ON j.id = h.id AND j.attempts = h.attempts
-    -- ANY keeps the lookups on the primary key (see complete for `|| ''`).
-    WHERE j.id = ANY($1::bigint[]) AND j.status || '' = 'running'
+    WHERE {among($1)} AND j.status || '' = 'running'  -- see complete
     FOR UPDATE OF j SKIP LOCKED
 ),
 renewed AS (
@@ -488,7 +496,7 @@ renewed AS (
 SELECT j.id, j.attempts
 FROM {schema}.jobs AS j
 JOIN held AS h ON j.id = h.id AND j.attempts = h.attempts
-WHERE j.id = ANY($1::bigint[]) AND j.status || '' = 'running';
+WHERE {among($1)} AND j.status || '' = 'running';
 
 -- name: reap_expired
 -- Return running jobs whose lease expired (their worker died or stalled) to pending, or to

@@ -310,6 +310,27 @@ async def test_finishing_writes_are_fenced_by_the_claim(q: aioqueue.Queue, db: a
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
 
 
+async def test_a_flush_writes_at_most_batch_size_outcomes_a_statement(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    @q.task
+    async def noop() -> None:
+        pass
+
+    await noop.enqueue_many([{}] * 25)
+    jobs = await Producer(q.database, WorkerConfig(name="w", lease=60), queues=["default"]).claim(25)
+    assert len(jobs) == 25
+    completer = Completer(q.database, batch_size=10)
+    for job in jobs[:20]:
+        completer.succeeded(job, None)
+    for job in jobs[20:]:
+        completer.failed(job, "no", aioqueue.Backoff())
+    written: list[int] = []
+    completer.on_written = lambda claims: written.append(len(claims))
+    await completer.flush()
+    assert written == [10, 10, 5]  # 25 outcomes buffered at once, written 10 at a time
+    rows = await db.fetch("SELECT status, count(*) FROM aioqueue.jobs GROUP BY status")
+    assert [tuple(r) for r in rows] == [("pending", 5)]  # 20 deleted, 5 back for a retry
+
+
 async def test_args_round_trip_through_json(q: aioqueue.Queue) -> None:
     got: list[object] = []
 
