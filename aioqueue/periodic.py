@@ -26,7 +26,7 @@ from croniter import croniter
 from . import enqueue
 from .errors import ConfigurationError
 from .job import Connection
-from .task import Task, check_seconds
+from .task import Task, check_seconds, encode_call
 
 if TYPE_CHECKING:
     from .database import Database
@@ -66,7 +66,7 @@ class Periodic:
             raise ConfigurationError(f"periodic {self.name!r}: kwargs must be a dict, got {self.kwargs!r}")
         # Encode now what every slot will enqueue: arguments that do not fit the signature or
         # cannot be stored fail at registration, not at every scheduling tick.
-        self.task.encode((), self.kwargs)
+        encode_call(self.task, (), self.kwargs)
 
     def slot(self, now: datetime.datetime) -> datetime.datetime:
         """The newest slot at or before ``now`` (an aware datetime)."""
@@ -122,7 +122,7 @@ class Scheduler:
 
     async def _enqueue(self, conn: Connection, p: Periodic, slot: datetime.datetime) -> None:
         task = p.task
-        text = task.encode((), p.kwargs)
+        text = encode_call(task, (), p.kwargs)
         opts = dataclasses.replace(task.defaults, key=f"periodic:{p.name}:{slot.isoformat()}")
         job_id = await enqueue.insert_one(self.db, task, opts, text, conn)
         self.enqueued += 1

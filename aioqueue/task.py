@@ -202,13 +202,6 @@ class Task(Generic[P, R]):
             named[HEADERS_KEY] = dict(headers)
         return named
 
-    def encode(
-        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], headers: Mapping[str, str] | None = None
-    ) -> str:
-        """Check and serialise one call's arguments (and the hooks' headers, if any) to the JSON
-        text stored in the job."""
-        return payload.encode_args(self.name, self.named_args(args, kwargs, headers), self.app.max_payload_bytes)
-
     def arguments_problem(self, args: Mapping[str, Any]) -> str | None:
         """Why a stored job's arguments do not fit this task's signature (naming the task and the
         argument), or None when they do. For jobs enqueued by name, checked where the handler is."""
@@ -295,11 +288,16 @@ class NamedTask:
             named[HEADERS_KEY] = dict(headers)
         return named
 
-    def encode(
-        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], headers: Mapping[str, str] | None = None
-    ) -> str:
-        """Check and serialise a JSON object of keyword arguments, with the hooks' headers if any."""
-        return payload.encode_args(self.name, self.named_args(args, kwargs, headers), self.app.max_payload_bytes)
+
+def encode_call(
+    task: Task[Any, Any] | NamedTask,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    headers: Mapping[str, str] | None = None,
+) -> str:
+    """Check and serialise one call's arguments to ``task`` (and the hooks' headers, if any) to
+    the JSON text stored in the job."""
+    return payload.encode_args(task.name, task.named_args(args, kwargs, headers), task.app.max_payload_bytes)
 
 
 def checked_options(
@@ -355,7 +353,7 @@ class Enqueuer(Generic[P, R]):
         """Store one job; return its id (the live job's id when its dedup key is taken)."""
         app = self.task.app
         with entered(app.enqueue_hooks, self.task, 1) as headers:
-            text = self.task.encode(args, kwargs, headers)
+            text = encode_call(self.task, args, kwargs, headers)
             return JobRef(await enqueue.insert_one(app.database, self.task, self.opts, text, self.conn), app)
 
     async def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[JobRef]:
@@ -376,7 +374,7 @@ class Enqueuer(Generic[P, R]):
     def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """Store one job through the sync connection given as ``conn`` (psycopg or Django), in
         its transaction; return its id. Starts no event loop."""
-        text = self.task.encode(args, kwargs)
+        text = encode_call(self.task, args, kwargs)
         return enqueue.insert_one_sync(self.task.app.database, self.task, self.opts, text, self.conn)
 
     def enqueue_many_sync(self, items: Iterable[Mapping[str, Any]]) -> list[int]:

@@ -38,8 +38,9 @@ async def _listen(dsn: str, channel: str) -> tuple[asyncpg.Connection, list[str]
     return conn, received, marker
 
 
+@pytest.mark.parametrize("bulk", [False, True], ids=["one", "bulk"])
 async def test_rolled_back_enqueue_leaves_no_job_and_no_notification(
-    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection
+    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection, bulk: bool
 ) -> None:
     send_email = _register(q)
     listener, received, marker = await _listen(dsn, q.channel)
@@ -47,7 +48,10 @@ async def test_rolled_back_enqueue_leaves_no_job_and_no_notification(
         async def order_then_fail() -> None:
             async with db.transaction():
                 await db.execute("CREATE TABLE orders (id int)")
-                await send_email.options(conn=db).enqueue(order_id=1)
+                if bulk:
+                    await send_email.enqueue_many([{"order_id": i} for i in range(100)], conn=db)
+                else:
+                    await send_email.options(conn=db).enqueue(order_id=1)
                 raise RuntimeError("declined")
 
         with pytest.raises(RuntimeError, match="declined"):
@@ -63,8 +67,9 @@ async def test_rolled_back_enqueue_leaves_no_job_and_no_notification(
         await listener.close()
 
 
+@pytest.mark.parametrize("bulk", [False, True], ids=["one", "bulk"])
 async def test_committed_enqueue_notifies_once_and_runs(
-    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection
+    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection, bulk: bool
 ) -> None:
     ran = anyio.Event()
 
@@ -78,7 +83,10 @@ async def test_committed_enqueue_notifies_once_and_runs(
         async with db.transaction():
             await db.execute("CREATE TABLE orders (id int)")
             await db.execute("INSERT INTO orders VALUES (7)")
-            job_id = await send_email.options(conn=db).enqueue(order_id=7)
+            if bulk:
+                [job_id] = await send_email.enqueue_many([{"order_id": 7}], conn=db)
+            else:
+                job_id = await send_email.options(conn=db).enqueue(order_id=7)
         await db.execute("SELECT pg_notify($1, 'marker')", q.channel)
         with anyio.fail_after(5):
             await marker.wait()
@@ -91,14 +99,25 @@ async def test_committed_enqueue_notifies_once_and_runs(
         await listener.close()
 
 
-async def test_bulk_enqueue_of_10000_is_one_round_trip(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+async def test_bulk_enqueue_of_10000_takes_the_round_trips_of_10(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
     send_email = _register(q)
     statements: list[str] = []
     db.add_query_logger(lambda record: statements.append(record.query))
-    async with db.transaction():
-        ids = await send_email.enqueue_many([{"order_id": i} for i in range(10_000)], conn=db)
-    await anyio.lowlevel.checkpoint()  # asyncpg calls query loggers on the next loop tick
-    assert statements[0] == "BEGIN;" and statements[2] == "COMMIT;" and len(statements) == 3
+
+    async def logged(n: int) -> list[aioqueue.JobRef]:
+        statements.clear()
+        async with db.transaction():
+            ids = await send_email.enqueue_many([{"order_id": i} for i in range(n)], conn=db)
+        await anyio.lowlevel.checkpoint()  # asyncpg calls query loggers on the next loop tick
+        return ids
+
+    await logged(1)  # asyncpg looks up the types of a connection's first statements once
+    await logged(10)
+    for_ten = list(statements)
+    ids = await logged(10_000)
+    # BEGIN, one statement for every job (and the NOTIFY), COMMIT.
+    assert statements == for_ten and len(statements) == 3, statements
+    assert statements[0] == "BEGIN;" and statements[2] == "COMMIT;"
     assert len(ids) == len(set(ids)) == 10_000
     rows = await db.fetch("SELECT id, args FROM aioqueue.jobs ORDER BY id")
     by_id = {r["id"]: json.loads(r["args"])["order_id"] for r in rows}

@@ -310,7 +310,9 @@ async def test_finishing_writes_are_fenced_by_the_claim(q: aioqueue.Queue, db: a
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
 
 
-async def test_a_flush_writes_at_most_batch_size_outcomes_a_statement(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+async def test_a_flush_writes_at_most_batch_size_outcomes_a_statement(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
     @q.task
     async def noop() -> None:
         pass
