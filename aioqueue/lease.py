@@ -6,7 +6,9 @@ claim: a row is touched only while it is still running under the same attempt. A
 expired in database time but was not reaped yet is renewed too: nobody else holds the job, the
 attempt is still ours, and renewing it spares a needless repeat. A claim whose row no longer
 matches (reaped, re-claimed, or finished elsewhere) is lost: its handler is interrupted, so one
-job never runs twice at once in this worker. The heartbeat never touches claims it does not hold.
+job never runs twice at once in this worker. The heartbeat never touches claims it does not hold,
+and never waits for a row lock: a row another transaction holds (the completer writing its
+outcome, most often) is skipped and renewed at the next beat if still held.
 """
 
 from __future__ import annotations
