@@ -223,14 +223,14 @@ class Producer:
                 writes = self.completer.writes if self.completer is not None else 0
                 jobs = await self.claim_with_retry(free, per_queue)
                 self.ready.set()
-                if len(jobs) < free and (self._check_due or self.limited or not self.config.listen):
-                    await self._learn_due()
                 if jobs:
                     for lost in self.claims.take(jobs):
                         self.on_lost(lost)
                     on_claimed(len(jobs))
                     for job in jobs:
                         send.send_nowait(job)
+                if len(jobs) < free and (self._check_due or self.limited or not self.config.listen):
+                    await self._learn_due()  # after the hand-over: the handlers need not wait for it
                 if len(jobs) == free:
                     continue  # every slot filled: there may be more ready right now
                 if not burst:
