@@ -299,8 +299,8 @@ SELECT (SELECT count(*) FROM archived) AS cancelled,
 -- Which of the jobs $1 (held by this worker under attempts $2) have a cancel request.
 SELECT j.id, j.attempts
 FROM {schema}.jobs AS j
-JOIN unnest($1::bigint[], $2::int[]) AS h(id, attempts) ON j.id = h.id AND j.attempts = h.attempts
-WHERE {among($1)} AND j.cancel_requested AND j.status || '' = 'running';  -- see complete
+JOIN unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS h(id, attempts) ON j.id = h.id AND j.attempts = h.attempts
+WHERE j.cancel_requested AND j.status || '' = 'running';  -- see complete
 
 -- name: finish_cancelled
 -- Record running jobs whose handlers were cancelled on request: moved to the archive as
@@ -308,8 +308,8 @@ WHERE {among($1)} AND j.cancel_requested AND j.status || '' = 'running';  -- see
 -- a concurrency limit, the workers waiting for the freed slot ($3). $5: the commit mode.
 WITH finished AS (
     DELETE FROM {schema}.jobs AS j
-    USING unnest($1::bigint[], $2::int[]) AS d(id, attempts)
-    WHERE {among($1)} AND j.id = d.id AND j.attempts = d.attempts AND j.status || '' = 'running'  -- see complete
+    USING unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS d(id, attempts)
+    WHERE j.id = d.id AND j.attempts = d.attempts AND j.status || '' = 'running'  -- see complete
     RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
 ),
 archived AS (
@@ -339,15 +339,6 @@ INSERT INTO {schema}.periodic AS p (name, last_slot) VALUES ($1, $2)
 ON CONFLICT (name) DO UPDATE SET last_slot = EXCLUDED.last_slot, updated_at = now()
 WHERE p.last_slot < EXCLUDED.last_slot;
 
--- fragment: among
--- True for the jobs row `j` whose id is in the array {arg}, found by primary key whatever the
--- batch's size and the table's statistics. The array goes through a subquery so the planner
--- cannot count it: counted, a batch of thousands makes a hash join over a scan of the whole
--- table look cheaper than as many index lookups, and a table swollen with dead rows between
--- two vacuums makes that scan take seconds (a 4,000-job complete took over 10 s in the soak,
--- long enough for leases to expire).
-j.id = ANY (ARRAY(SELECT unnest({arg}::bigint[])))
-
 -- fragment: slots_freed
 -- Wake (on the channel given where it is used) the workers of every queue with a concurrency
 -- limit that the `finished` jobs free a slot of, so a claim the limit held back goes at once,
@@ -369,10 +360,16 @@ FROM (SELECT f.queue, min(f.run_at) AS first FROM finished AS f WHERE f.status =
 -- in queue order so two completers lock their rows in the same order. $6: the commit mode.
 WITH finished AS (
     DELETE FROM {schema}.jobs AS j
-    USING unnest($1::bigint[], $2::int[], $3::text[]) AS d(id, attempts, result)
+    USING unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::text[])) AS d(id, attempts, result)
+    -- Each row is found by primary key, whatever the batch's size and the table's statistics.
+    -- The arrays come through subqueries so the planner cannot count them: counted, a batch of
+    -- thousands makes a hash join over a scan of the whole table look cheaper than as many
+    -- lookups, and in a table swollen with dead rows between two vacuums that scan took over
+    -- 10 s (a 4,000-job complete in the soak; leases expired meanwhile). The other finishing
+    -- statements and the heartbeat do the same.
     -- `|| ''` keeps the planner on the primary key, off jobs_lease_idx: statistics taken
     -- while nothing ran make that index look empty, and a nested loop over it is quadratic.
-    WHERE {among($1)} AND j.id = d.id AND j.attempts = d.attempts AND j.status || '' = 'running'
+    WHERE j.id = d.id AND j.attempts = d.attempts AND j.status || '' = 'running'
     RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.archive,
               j.created_at, d.result
 ),
@@ -423,10 +420,11 @@ SET status = CASE WHEN f.dead OR j.attempts >= j.max_attempts THEN 'dead' ELSE '
     lease_expires_at = NULL,
     locked_at = NULL,
     locked_by = NULL
-FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[], $5::bool[],
-            $6::float8[], $7::float8[], $8::float8[], $9::float8[])
+FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::text[]), (SELECT $4::float8[]),
+            (SELECT $5::bool[]),
+            (SELECT $6::float8[]), (SELECT $7::float8[]), (SELECT $8::float8[]), (SELECT $9::float8[]))
      AS f(id, attempts, error, delay, dead, base, factor, max_delay, jitter)
-WHERE {among($1)} AND j.id = f.id AND j.attempts = f.attempts AND j.status || '' = 'running'  -- see complete
+WHERE j.id = f.id AND j.attempts = f.attempts AND j.status || '' = 'running'  -- see complete
 RETURNING j.id, j.queue, j.status, j.run_at
 ),
 notified AS (
@@ -453,8 +451,8 @@ SET status = 'pending',
     lease_expires_at = NULL,
     locked_at = NULL,
     locked_by = NULL
-FROM unnest($1::bigint[], $2::int[], $3::float8[], $4::text[]) AS r(id, attempts, delay, note)
-WHERE {among($1)} AND j.id = r.id AND j.attempts = r.attempts AND j.status || '' = 'running'  -- see complete
+FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::float8[]), (SELECT $4::text[])) AS r(id, attempts, delay, note)
+WHERE j.id = r.id AND j.attempts = r.attempts AND j.status || '' = 'running'  -- see complete
 RETURNING j.id, j.queue, j.status, j.run_at
 ),
 notified AS (
@@ -478,13 +476,13 @@ SELECT f.id, (SELECT count(*) FROM notified) AS notified FROM finished AS f WHER
 -- thousands of outcomes. A skipped row is renewed at the next beat if it is still held; it is
 -- reported held while it still matches the claim in this statement's snapshot.
 WITH held AS (
-    SELECT h.id, h.attempts FROM unnest($1::bigint[], $2::int[]) AS h(id, attempts)
+    SELECT h.id, h.attempts FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS h(id, attempts)
 ),
 free AS (
     SELECT j.id
     FROM {schema}.jobs AS j
     JOIN held AS h ON j.id = h.id AND j.attempts = h.attempts
-    WHERE {among($1)} AND j.status || '' = 'running'  -- see complete
+    WHERE j.status || '' = 'running'  -- see complete
     FOR UPDATE OF j SKIP LOCKED
 ),
 renewed AS (
@@ -496,7 +494,7 @@ renewed AS (
 SELECT j.id, j.attempts
 FROM {schema}.jobs AS j
 JOIN held AS h ON j.id = h.id AND j.attempts = h.attempts
-WHERE {among($1)} AND j.status || '' = 'running';
+WHERE j.status || '' = 'running';
 
 -- name: reap_expired
 -- Return running jobs whose lease expired (their worker died or stalled) to pending, or to

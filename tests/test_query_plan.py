@@ -10,12 +10,13 @@ Plans only, never timings: speed is the benchmark's business.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import asyncpg
 import pytest
 
-from aioqueue.plans import explain, explain_generic, scans
+from aioqueue.plans import explain, explain_generic, nodes, scans
 from aioqueue.queries import for_schema
 
 Q = for_schema("aioqueue")
@@ -160,11 +161,51 @@ async def test_a_large_complete_in_a_table_swollen_with_dead_rows_finds_rows_by_
     assert len(ids) == 4000
     plan = await explain(db, Q.complete, ids, attempts, [None] * 4000, "plan-test", "plan-test", "off")
     assert_found_by_primary_key(plan)
+    # And the work is linear in the batch, in the custom plan and in the generic one aioqueue's
+    # pool runs (plan_cache_mode = force_generic_plan): rows produced or filtered out by every
+    # node, over all its loops. (A join filter matching each job against the whole batch is
+    # quadratic: 16 million rows here; it made the drain 8x slower.)
+    claims = f"'{{{','.join(map(str, ids))}}}', '{{{','.join(map(str, attempts))}}}'"
+    for mode, sql, types, values in [
+        (mode, *statement)
+        for mode in ("force_custom_plan", "force_generic_plan")
+        for statement in [
+            (Q.complete, COMPLETE_PARAMS, f"{claims}, '{{{','.join(['NULL'] * 4000)}}}', 'c', 'c', 'off'"),
+            (Q.extend_leases, "bigint[], int[], float8", f"{claims}, 300"),
+        ]
+    ]:
+        ran = await run_prepared(db, sql, types, values, mode)
+        work = sum(
+            (n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0) + n.get("Rows Removed by Join Filter", 0))
+            * n.get("Actual Loops", 1)
+            for n in nodes(ran)
+        )
+        assert work <= 50 * 4000, (mode, sql[:40], work)
+
     fail = await explain(
         db, Q.fail, ids, attempts, ["e"] * 4000, [None] * 4000, [False] * 4000, [1.0] * 4000, [2.0] * 4000,
         [60.0] * 4000, [0.1] * 4000, "c", "c", "c", "off",
     )
     assert_found_by_primary_key(fail)
+
+
+async def run_prepared(db: asyncpg.Connection, sql: str, types: str, values: str, mode: str) -> dict[str, Any]:
+    """EXPLAIN ANALYZE of a prepared statement under ``plan_cache_mode = mode``, rolled back."""
+    await db.execute(f"PREPARE probe ({types}) AS {sql}")
+    try:
+        async with db.transaction():
+            await db.execute(f"SET LOCAL plan_cache_mode = {mode}")
+            raw = await db.fetchval(f"EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE probe ({values})")
+            plan: dict[str, Any] = json.loads(raw)[0]
+            raise _RolledBack  # the statement ran: undo what it did
+    except _RolledBack:
+        return plan
+    finally:
+        await db.execute("DEALLOCATE probe")
+
+
+class _RolledBack(Exception):
+    pass
 
 
 async def test_unlimited_claim_uses_ready_index_in_every_state(db: asyncpg.Connection) -> None:
