@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -41,30 +41,6 @@ _SCHEMA_ERRORS = (
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Pool reset hook: aioqueue leaves no session state behind, so skip the reset round trip."""
-
-
-def _generic_plans(
-    then: Callable[[asyncpg.Connection], Awaitable[None]] | None,
-) -> Callable[[asyncpg.Connection], Awaitable[None]]:
-    """Pool init hook: plan every prepared statement once, for any parameter values, and never
-    compile one with JIT.
-
-    Every statement aioqueue sends is prepared once per connection, and written to be planned
-    without its values (the plan tests check the generic plans). Left to itself the server plans
-    the claim anew at each execution, as its estimate of the generic plan comes out higher: that
-    was 0.2-0.3 ms of a 0.7 ms claim, on the path of every wake-up. That estimate is also what
-    makes JIT compile the generic claim when a million jobs wait (16.9 ms a claim instead of
-    0.8); aioqueue's statements are short, so JIT never pays for itself on them. Not through a
-    pooler: there every statement is unnamed, so planned each time anyway (and the dashboard's
-    long statements turn JIT off themselves). ``then``: the caller's own hook.
-    """
-
-    async def init(conn: asyncpg.Connection) -> None:
-        await conn.execute("SET plan_cache_mode = force_generic_plan; SET jit = off")
-        if then is not None:
-            await then(conn)
-
-    return init
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -162,16 +138,13 @@ class Database:
             try:
                 if self.pooler is None:
                     self.pooler = await self._behind_pooler()
-                kwargs = self._pool_kwargs()
-                if not self.pooler:
-                    kwargs["init"] = _generic_plans(kwargs.get("init"))
                 self._pool = await asyncpg.create_pool(
                     self.dsn,
                     min_size=min_size,
                     max_size=max_size,
                     reset=_keep_session,
                     timeout=self._connect_timeout,
-                    **kwargs,
+                    **self._pool_kwargs(),
                 )
             except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 raise ConnectError(
