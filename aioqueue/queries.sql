@@ -102,46 +102,12 @@ LEAST(CASE $4::timestamptz WHEN '-infinity' THEN '0001-01-01 00:00:00+00'
 (SELECT set_config('synchronous_commit', coalesce({arg}::text, current_setting('synchronous_commit')), true))
     IS NOT NULL
 
--- fragment: claim_pick
--- The locking core of both claims: up to wanted.n ready jobs of each wanted queue (at most $5
--- in all), in claim order, skipping rows other workers hold. MATERIALIZED stops the planner
--- from re-running the locking subquery, which could lock more rows than the limit.
-picked AS MATERIALIZED (
-    SELECT c.id
-    FROM wanted
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at
-        FROM {schema}.jobs AS j
-        WHERE j.status = 'pending' AND j.queue = wanted.queue AND j.run_at <= now()
-        ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT wanted.n
-        FOR UPDATE SKIP LOCKED
-    ) AS c
-    ORDER BY c.priority DESC, c.run_at, c.id
-    LIMIT $5
-)
-
--- fragment: claim_update
--- Mark the picked jobs running under worker $3's lease of $4 seconds; one attempt more.
-UPDATE {schema}.jobs AS j
-SET status = 'running',
-    attempts = j.attempts + 1,
-    locked_at = now(),
-    locked_by = $3,
-    lease_expires_at = now() + make_interval(secs => $4)
--- By primary key, never a hash join over a scan of the whole table.
-WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked)) AND {commit_mode($6)}
-RETURNING j.id, j.queue, j.task, j.args::text AS args, j.priority, j.attempts, j.max_attempts,
-          j.run_at, j.created_at
-
 -- name: claim
--- Lock up to n ready jobs per queue (at most $5 in all), skipping rows other workers hold,
--- and mark them running under a lease ($6: the commit mode, see commit_mode). A queue's row
--- in `queues` may pause it or cap it: at most concurrency_limit running and rate_limit
--- claimed per rate_period, across all workers (the caller locks limited queues' rows first, in
--- the same transaction, see lock_queues).
--- The MATERIALIZED CTE stops the planner from re-running the locking subquery, which could
--- lock more rows than the limit.
+-- Claim up to n ready jobs per queue (at most $5 in all) through claim_jobs (migration 0007),
+-- which locks them with FOR UPDATE SKIP LOCKED and marks them running under a lease ($6: the
+-- commit mode, see commit_mode). A queue's row in `queues` may pause it or cap it: at most
+-- concurrency_limit running and rate_limit claimed per rate_period, across all workers (the
+-- caller locks limited queues' rows first, in the same transaction, see lock_queues).
 WITH settings AS MATERIALIZED (
     SELECT s.name, s.paused, s.concurrency_limit, s.rate_limit, s.rate_period, s.recent_starts
     FROM {schema}.queues AS s
@@ -161,9 +127,12 @@ wanted AS (
     FROM unnest($1::text[], $2::int[]) AS w(queue, n)
     LEFT JOIN settings AS s ON s.name = w.queue
 ),
-{claim_pick},
-claimed AS (
-    {claim_update}
+claimed AS MATERIALIZED (
+    SELECT c.*
+    FROM (SELECT array_agg(w.queue ORDER BY w.queue, w.n) AS queues,
+                 array_agg(w.n::int ORDER BY w.queue, w.n) AS n
+          FROM wanted AS w) AS a
+    CROSS JOIN LATERAL {schema}.claim_jobs(a.queues, a.n, $3::text, $4::float8, $5::int, $6::text) AS c
 ),
 started AS (
     UPDATE {schema}.queues AS s
@@ -177,17 +146,9 @@ started AS (
 SELECT * FROM claimed;
 
 -- name: claim_unlimited
--- The claim when none of the queues $1 has a global limit, the common case ($6 as in claim):
--- the same as claim
--- without the limits' arithmetic, which makes it several times cheaper to plan. A paused queue
--- is still skipped.
-WITH wanted AS (
-    SELECT w.queue, w.n
-    FROM unnest($1::text[], $2::int[]) AS w(queue, n)
-    WHERE NOT EXISTS (SELECT FROM {schema}.queues AS s WHERE s.name = w.queue AND s.paused)
-),
-{claim_pick}
-{claim_update};
+-- The claim when none of the queues $1 has a global limit, the common case (arguments as in
+-- claim): claim_jobs alone, without the limits' arithmetic. A paused queue is still skipped.
+SELECT c.* FROM {schema}.claim_jobs($1::text[], $2::int[], $3::text, $4::float8, $5::int, $6::text) AS c;
 
 -- name: next_wakeup
 -- When the producer should look again without being told, in seconds from now (NULL: no

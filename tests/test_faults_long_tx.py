@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue.plans import buffers_touched, explain
+from aioqueue.plans import buffers_touched, explain, function_query
 
 from .fault_tools import Churn, owned_server, sample_sizes
 from .helpers import eventually, running
@@ -78,8 +78,9 @@ async def test_claims_stay_correct_while_a_long_transaction_pins_xmin(dsn: str, 
     assert all(c == (2 if n % 10 == 0 else 1) for n, c in runs.items())
 
 
-async def _claim_buffers(conn: asyncpg.Connection, q: aioqueue.Queue) -> int:
-    plan = await explain(conn, q.queries.claim, ["default"], [20], "probe", 60.0, 20, "off", analyze=True, buffers=True)
+async def _claim_buffers(conn: asyncpg.Connection) -> int:
+    claim = await function_query(conn, "aioqueue.claim_jobs")  # what the claim runs, inside claim_jobs
+    plan = await explain(conn, claim, ["default"], [20], "probe", 60.0, 20, analyze=True, buffers=True)
     return buffers_touched(plan)
 
 
@@ -106,7 +107,7 @@ async def test_measure_throughput_under_a_pinned_xmin() -> None:
                         await anyio.sleep(window)
                         rate = (churn.completed - before) / window
                         sizes = await sample_sizes(monitor, started, churn.completed)
-                        buffers = await _claim_buffers(monitor, q)
+                        buffers = await _claim_buffers(monitor)
                         rows.append(f"{phase:9s} {rate:7.0f} jobs/s  claim {buffers:6d} buffers  {sizes.row()}")
                         print(rows[-1], flush=True)
                     if pin is not None:

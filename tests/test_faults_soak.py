@@ -75,16 +75,15 @@ async def test_soak_keeps_jobs_table_and_indexes_bounded() -> None:
         assert late_max <= 1.5 * early_max + 512 * 1024, f"{field} kept growing: {early_max} -> {late_max}"
 
 
-async def _claim_profile(conn: asyncpg.Connection, q: aioqueue.Queue, rounds: int = 30) -> tuple[int, float, set[str]]:
+async def _claim_profile(conn: asyncpg.Connection, rounds: int = 30) -> tuple[int, float, set[str]]:
     """Run the claim (20 of the pending jobs) under EXPLAIN ANALYZE, rolled back each time;
     return the most buffers one claim touched, the median execution time, and the indexes used."""
     buffers: list[int] = []
     times: list[float] = []
     indexes: set[str] = set()
+    claim = await plans.function_query(conn, "aioqueue.claim_jobs")  # what the claim runs, inside claim_jobs
     for _ in range(rounds):
-        plan = await plans.explain(
-            conn, q.queries.claim, ["default"], [20], "probe", 60.0, 20, "off", analyze=True, buffers=True
-        )
+        plan = await plans.explain(conn, claim, ["default"], [20], "probe", 60.0, 20, analyze=True, buffers=True)
         buffers.append(plans.buffers_touched(plan))
         times.append(float(plan["Execution Time"]))
         indexes |= plans.indexes(plan)
@@ -111,7 +110,7 @@ async def test_claim_over_a_million_archived_and_100k_dead_reads_what_an_empty_t
         try:
             await noop.enqueue_many([{}] * 1000)
             await conn.execute("VACUUM ANALYZE aioqueue.jobs")
-            empty_buffers, empty_ms, empty_idx = await _claim_profile(conn, q)
+            empty_buffers, empty_ms, empty_idx = await _claim_profile(conn)
             await conn.execute("DELETE FROM aioqueue.jobs")
             empty_rate = await _drain_rate(q, noop, 10_000)
 
@@ -133,7 +132,7 @@ async def test_claim_over_a_million_archived_and_100k_dead_reads_what_an_empty_t
 
             await noop.enqueue_many([{}] * 1000)
             await conn.execute("ANALYZE aioqueue.jobs")
-            big_buffers, big_ms, big_idx = await _claim_profile(conn, q)
+            big_buffers, big_ms, big_idx = await _claim_profile(conn)
             await conn.execute("DELETE FROM aioqueue.jobs WHERE status = 'pending'")
             big_rate = await _drain_rate(q, noop, 10_000)
             dead = await conn.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status = 'dead'")

@@ -10,18 +10,18 @@ Plans only, never timings: speed is the benchmark's business.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import asyncpg
 import pytest
 
-from aioqueue.plans import explain, explain_generic, nodes, scans
+from aioqueue.plans import explain, explain_generic, explain_nested, function_query, nodes, scans
 from aioqueue.queries import for_schema
 
 Q = for_schema("aioqueue")
-CLAIM_ARGS: tuple[Any, ...] = (["default"], [10], "plan-test", 300.0, 10, "off")
-CLAIM_PARAMS = "text[], int[], text, float8, bigint, text"
+CLAIM_ARGS: tuple[Any, ...] = (["default"], [10], "plan-test", 300.0, 10)
+CLAIM_PARAMS = "text[], int[], text, float8, int"
+CLAIM_VALUES = "'{default}', '{10}', 'plan-test', 300, 10"
 COMPLETE_PARAMS = "bigint[], int[], text[], text, text, text"
 
 
@@ -31,6 +31,19 @@ def assert_claim_reads_ready_index(plan: dict[str, Any]) -> None:
     assert all(kind != "Seq Scan" for kind, _ in on_jobs), on_jobs
     assert all(index != "jobs_dead_idx" for _, index in on_jobs), on_jobs
     assert not [s for s in scans(plan) if s[2] == "jobs_done"], "the claim must not read the archive"
+
+
+async def claim_query(db: asyncpg.Connection) -> str:
+    """The query both claims run, inside the function claim_jobs, as installed."""
+    return await function_query(db, "aioqueue.claim_jobs")
+
+
+async def assert_claim_plans_read_ready_index(db: asyncpg.Connection) -> None:
+    """The claim's query reads the ready index in its generic plan (the one claim_jobs keeps)
+    and in the custom plan of these values."""
+    sql = await claim_query(db)
+    assert_claim_reads_ready_index(await explain_generic(db, sql, CLAIM_PARAMS, CLAIM_VALUES))
+    assert_claim_reads_ready_index(await explain(db, sql, *CLAIM_ARGS))
 
 
 def assert_found_by_primary_key(plan: dict[str, Any]) -> None:
@@ -73,19 +86,16 @@ async def no_autovacuum(db: asyncpg.Connection) -> None:
 async def test_claim_uses_ready_index_with_fresh_statistics(db: asyncpg.Connection) -> None:
     await pending(db, 20_000)
     await db.execute("ANALYZE aioqueue.jobs")
-    assert_claim_reads_ready_index(await explain(db, Q.claim, *CLAIM_ARGS))
-    generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10, 'off'")
-    assert_claim_reads_ready_index(generic)
+    await assert_claim_plans_read_ready_index(db)
 
 
 async def test_claim_uses_ready_index_when_statistics_predate_a_burst(db: asyncpg.Connection) -> None:
     await no_autovacuum(db)
     await db.execute("ANALYZE aioqueue.jobs")  # statistics of the empty table
     await pending(db, 50_000)  # the burst, before any ANALYZE
-    assert_claim_reads_ready_index(await explain(db, Q.claim, *CLAIM_ARGS))
-    assert_claim_reads_ready_index(await explain(db, Q.claim, ["default"], [1000], "plan-test", 300.0, 1000, "off"))
-    generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10, 'off'")
-    assert_claim_reads_ready_index(generic)
+    await assert_claim_plans_read_ready_index(db)
+    big_claim = await explain(db, await claim_query(db), ["default"], [1000], "plan-test", 300.0, 1000)
+    assert_claim_reads_ready_index(big_claim)
 
 
 async def test_claim_uses_ready_index_after_a_fast_drain(db: asyncpg.Connection) -> None:
@@ -94,9 +104,7 @@ async def test_claim_uses_ready_index_after_a_fast_drain(db: asyncpg.Connection)
     await db.execute("ANALYZE aioqueue.jobs")
     assert await drain(db) == 20_000  # leaves 20,000 dead entries at the head of the ready index
     await pending(db, 20_000)
-    assert_claim_reads_ready_index(await explain(db, Q.claim, *CLAIM_ARGS))
-    generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10, 'off'")
-    assert_claim_reads_ready_index(generic)
+    await assert_claim_plans_read_ready_index(db)
     assert await drain(db) == 20_000  # and the claim still takes every job, none twice
 
 
@@ -118,9 +126,7 @@ async def test_claim_uses_ready_index_with_a_deep_history(db: asyncpg.Connection
     if analyze:
         await db.execute("ANALYZE aioqueue.jobs")
         await db.execute("ANALYZE aioqueue.jobs_done")
-    assert_claim_reads_ready_index(await explain(db, Q.claim, *CLAIM_ARGS))
-    generic = await explain_generic(db, Q.claim, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10, 'off'")
-    assert_claim_reads_ready_index(generic)
+    await assert_claim_plans_read_ready_index(db)
 
 
 @pytest.mark.parametrize("batch", [10, 1000, 5000])
@@ -161,8 +167,8 @@ async def test_a_large_complete_in_a_table_swollen_with_dead_rows_finds_rows_by_
     assert len(ids) == 4000
     plan = await explain(db, Q.complete, ids, attempts, [None] * 4000, "plan-test", "plan-test", "off")
     assert_found_by_primary_key(plan)
-    # And the work is linear in the batch, in the custom plan and in the generic one aioqueue's
-    # pool runs (plan_cache_mode = force_generic_plan): rows produced or filtered out by every
+    # And the work is linear in the batch, in the custom plan and in the generic one a prepared
+    # statement may switch to after a few executions: rows produced or filtered out by every
     # node, over all its loops. (A join filter matching each job against the whole batch is
     # quadratic: 16 million rows here; it made the drain 8x slower.)
     claims = f"'{{{','.join(map(str, ids))}}}', '{{{','.join(map(str, attempts))}}}'"
@@ -174,7 +180,7 @@ async def test_a_large_complete_in_a_table_swollen_with_dead_rows_finds_rows_by_
             (Q.extend_leases, "bigint[], int[], float8", f"{claims}, 300"),
         ]
     ]:
-        ran = await run_prepared(db, sql, types, values, mode)
+        ran = await explain_generic(db, sql, types, values, analyze=True, mode=mode)
         work = sum(
             (n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0) + n.get("Rows Removed by Join Filter", 0))
             * n.get("Actual Loops", 1)
@@ -189,37 +195,35 @@ async def test_a_large_complete_in_a_table_swollen_with_dead_rows_finds_rows_by_
     assert_found_by_primary_key(fail)
 
 
-async def run_prepared(db: asyncpg.Connection, sql: str, types: str, values: str, mode: str) -> dict[str, Any]:
-    """EXPLAIN ANALYZE of a prepared statement under ``plan_cache_mode = mode``, rolled back."""
-    await db.execute(f"PREPARE probe ({types}) AS {sql}")
-    try:
-        async with db.transaction():
-            await db.execute(f"SET LOCAL plan_cache_mode = {mode}")
-            raw = await db.fetchval(f"EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE probe ({values})")
-            plan: dict[str, Any] = json.loads(raw)[0]
-            raise _RolledBack  # the statement ran: undo what it did
-    except _RolledBack:
-        return plan
-    finally:
-        await db.execute("DEALLOCATE probe")
+JIT_COSTS = ("jit_above_cost", "jit_inline_above_cost", "jit_optimize_above_cost")
 
 
-class _RolledBack(Exception):
-    pass
-
-
-async def test_unlimited_claim_uses_ready_index_in_every_state(db: asyncpg.Connection) -> None:
-    """The claim used when no queue has a global limit: the same guarantees as the full one."""
+@pytest.mark.parametrize("statement", ["claim_unlimited", "claim"])
+async def test_the_claim_runs_its_kept_plan_without_jit(db: asyncpg.Connection, statement: str) -> None:
+    """What the claims run inside claim_jobs, as auto_explain saw it: the ready index, with JIT
+    off even where the session would compile every statement (a claim's estimate with a deep
+    backlog is over jit_above_cost; compiling took milliseconds at every execution), in a burst
+    that stale statistics do not know of, after a fast drain and analysed."""
     await no_autovacuum(db)
     await db.execute("ANALYZE aioqueue.jobs")  # statistics of the empty table
+    sql = getattr(Q, statement)
+    args = (["default"], [10], "plan-test", 300.0, 10, "off")
     await pending(db, 50_000)  # a burst before any ANALYZE
-    assert_claim_reads_ready_index(await explain(db, Q.claim_unlimited, *CLAIM_ARGS))
-    assert await drain(db) == 50_000  # dead entries at the head of the ready index
-    await pending(db, 20_000)
-    assert_claim_reads_ready_index(await explain(db, Q.claim_unlimited, *CLAIM_ARGS))
-    await db.execute("ANALYZE aioqueue.jobs")
-    assert_claim_reads_ready_index(await explain(db, Q.claim_unlimited, *CLAIM_ARGS))
-    generic = await explain_generic(
-        db, Q.claim_unlimited, CLAIM_PARAMS, "'{default}', '{10}', 'plan-test', 300, 10, 'off'"
-    )
-    assert_claim_reads_ready_index(generic)
+    for state in ("burst", "drained", "analysed"):
+        if state == "drained":
+            assert await drain(db) == 50_000  # dead entries at the head of the ready index
+            await pending(db, 20_000)
+        elif state == "analysed":
+            await db.execute("ANALYZE aioqueue.jobs")
+        for setting in JIT_COSTS:  # the session compiles every statement...
+            await db.execute(f"SET {setting} = 0")
+        ran = await explain_nested(db, sql, *args)
+        for setting in JIT_COSTS:
+            await db.execute(f"RESET {setting}")
+        claims = [p for p in ran if any(s.index_name == "jobs_ready_idx" for s in scans(p))]
+        assert len(claims) == 1, (state, [p.get("Query Text") for p in ran])
+        assert_claim_reads_ready_index(claims[0])
+        assert "JIT" not in claims[0], (state, claims[0]["JIT"])
+    # ...so the claim escapes it only by the function's own setting.
+    if await db.fetchval("SELECT pg_jit_available()"):
+        assert any("JIT" in p for p in ran), [p.get("Query Text") for p in ran]
