@@ -258,20 +258,33 @@ SELECT (SELECT count(*) FROM archived) AS cancelled,
 
 -- name: cancel_requests
 -- Which of the jobs $1 (held by this worker under attempts $2) have a cancel request.
-SELECT j.id, j.attempts
-FROM {schema}.jobs AS j
-JOIN unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS h(id, attempts) ON j.id = h.id AND j.attempts = h.attempts
-WHERE j.cancel_requested AND j.status || '' = 'running';  -- see complete
+-- Looked up one by one, by primary key, as in complete (LATERAL, never a join).
+SELECT h.id, h.attempts
+FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS h(id, attempts)
+CROSS JOIN LATERAL (
+    SELECT FROM {schema}.jobs AS j
+    WHERE j.id = h.id AND j.attempts = h.attempts AND j.cancel_requested
+      AND j.status || '' = 'running'  -- see complete
+    OFFSET 0  -- keeps the planner from flattening this into a join
+) AS j;
 
 -- name: finish_cancelled
 -- Record running jobs whose handlers were cancelled on request: moved to the archive as
 -- cancelled. Fenced by the claim like complete; wakes result waiters ($4) and, for queues with
 -- a concurrency limit, the workers waiting for the freed slot ($3). $5: the commit mode.
-WITH finished AS (
+WITH finished AS MATERIALIZED (
+    -- Looked up and locked one by one, by primary key, as in complete (LATERAL, never a join).
+    SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
+    FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS d(id, attempts)
+    CROSS JOIN LATERAL (
+        SELECT r.* FROM {schema}.jobs AS r
+        WHERE r.id = d.id AND r.attempts = d.attempts AND r.status || '' = 'running'  -- see complete
+        FOR UPDATE OF r
+    ) AS j
+),
+deleted AS (
     DELETE FROM {schema}.jobs AS j
-    USING unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS d(id, attempts)
-    WHERE j.id = d.id AND j.attempts = d.attempts AND j.status || '' = 'running'  -- see complete
-    RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
+    WHERE j.id = ANY (ARRAY(SELECT f.id FROM finished AS f))
 ),
 archived AS (
     INSERT INTO {schema}.jobs_done
@@ -319,20 +332,29 @@ FROM (SELECT f.queue, min(f.run_at) AS first FROM finished AS f WHERE f.status =
 -- `counted` adds them to the throughput counters of `queue_status`: a row per queue, minute
 -- and shard (backend pid mod 8, so concurrent completers rarely share a row lock), upserted
 -- in queue order so two completers lock their rows in the same order. $6: the commit mode.
-WITH finished AS (
-    DELETE FROM {schema}.jobs AS j
-    USING unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::text[])) AS d(id, attempts, result)
-    -- Each row is found by primary key, whatever the batch's size and the table's statistics.
-    -- The arrays come through subqueries so the planner cannot count them: counted, a batch of
-    -- thousands makes a hash join over a scan of the whole table look cheaper than as many
-    -- lookups, and in a table swollen with dead rows between two vacuums that scan took over
-    -- 10 s (a 4,000-job complete in the soak; leases expired meanwhile). The other finishing
-    -- statements and the heartbeat do the same.
+WITH finished AS MATERIALIZED (
+    -- Each claim's row, looked up by primary key and locked, one lookup per claim: the LATERAL
+    -- subquery (FOR UPDATE keeps the planner from flattening it) is run once per batch entry, so
+    -- no statistics can turn the statement into a scan of jobs. (As a join, statistics taken
+    -- while the table was nearly empty made the planner scan the whole table once and loop over
+    -- the batch inside: 4 s for 1,000 outcomes over 10,000 rows in the soak; leases expired.)
+    -- The arrays come through subqueries so the planner cannot count them either. The other
+    -- finishing statements and the heartbeat do the same.
     -- `|| ''` keeps the planner on the primary key, off jobs_lease_idx: statistics taken
-    -- while nothing ran make that index look empty, and a nested loop over it is quadratic.
-    WHERE j.id = d.id AND j.attempts = d.attempts AND j.status || '' = 'running'
-    RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.archive,
-              j.created_at, d.result
+    -- while nothing ran make that index look empty.
+    SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.archive,
+           j.created_at, d.result
+    FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::text[])) AS d(id, attempts, result)
+    CROSS JOIN LATERAL (
+        SELECT r.* FROM {schema}.jobs AS r
+        WHERE r.id = d.id AND r.attempts = d.attempts AND r.status || '' = 'running'
+        FOR UPDATE OF r
+    ) AS j
+),
+deleted AS (
+    -- The locked rows, by primary key (an array, never a join).
+    DELETE FROM {schema}.jobs AS j
+    WHERE j.id = ANY (ARRAY(SELECT f.id FROM finished AS f))
 ),
 archived AS (
     INSERT INTO {schema}.jobs_done
@@ -437,25 +459,28 @@ SELECT f.id, (SELECT count(*) FROM notified) AS notified FROM finished AS f WHER
 -- thousands of outcomes. A skipped row is renewed at the next beat if it is still held; it is
 -- reported held while it still matches the claim in this statement's snapshot.
 WITH held AS (
-    SELECT h.id, h.attempts FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS h(id, attempts)
-),
-free AS (
-    SELECT j.id
-    FROM {schema}.jobs AS j
-    JOIN held AS h ON j.id = h.id AND j.attempts = h.attempts
-    WHERE j.status || '' = 'running'  -- see complete
-    FOR UPDATE OF j SKIP LOCKED
+    -- Each claim looked up by primary key, one by one, as in complete (LATERAL, never a join):
+    -- whether its row still matches in this statement's snapshot (then it is held), and whether
+    -- it could be locked now (then its lease is renewed).
+    SELECT h.id, h.attempts, f.id IS NOT NULL AS free
+    FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS h(id, attempts)
+    CROSS JOIN LATERAL (
+        SELECT FROM {schema}.jobs AS j
+        WHERE j.id = h.id AND j.attempts = h.attempts AND j.status || '' = 'running'  -- see complete
+        OFFSET 0  -- keeps the planner from flattening this into a join
+    ) AS j
+    LEFT JOIN LATERAL (
+        SELECT r.id FROM {schema}.jobs AS r
+        WHERE r.id = h.id AND r.attempts = h.attempts AND r.status || '' = 'running'
+        FOR UPDATE OF r SKIP LOCKED
+    ) AS f ON true
 ),
 renewed AS (
     UPDATE {schema}.jobs AS j
     SET lease_expires_at = now() + make_interval(secs => $3)
-    FROM free AS f
-    WHERE j.id = f.id
+    WHERE j.id = ANY (ARRAY(SELECT h.id FROM held AS h WHERE h.free))
 )
-SELECT j.id, j.attempts
-FROM {schema}.jobs AS j
-JOIN held AS h ON j.id = h.id AND j.attempts = h.attempts
-WHERE j.status || '' = 'running';
+SELECT h.id, h.attempts FROM held AS h;
 
 -- name: reap_expired
 -- Return running jobs whose lease expired (their worker died or stalled) to pending, or to
