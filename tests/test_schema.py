@@ -41,6 +41,7 @@ async def test_migrate_builds_documented_schema(empty_dsn: str) -> None:
         )
         assert "autovacuum_vacuum_scale_factor=0.01" in options
         assert "autovacuum_vacuum_cost_delay=0" in options
+        assert "vacuum_truncate=false" in options  # no exclusive lock to give pages back
         versions = await conn.fetch("SELECT version FROM aioqueue.migrations ORDER BY version")
         assert [r["version"] for r in versions] == [m.version for m in migrate.migrations()]
         assert await conn.fetchval("SELECT to_regclass('aioqueue.jobs_done') IS NOT NULL")
