@@ -122,7 +122,8 @@ async def explain_nested(conn: Connection, sql: str, *args: Any) -> list[Plan]:
                                ("log_timing", "off"), ("log_format", "json"), ("log_level", "notice")]:
             await conn.execute(f"SET LOCAL auto_explain.{setting} = {value}")
         await conn.fetch(sql, *args)
-        await conn.execute("SET LOCAL auto_explain.log_min_duration = -1")  # the notices are in
+        # One more round trip: the statement's notices have all arrived (and none more will).
+        await conn.execute("SET LOCAL auto_explain.log_min_duration = -1")
     finally:
         await tr.rollback()
         conn.remove_log_listener(collect)

@@ -154,6 +154,19 @@ async def test_finishing_writes_find_rows_by_primary_key_with_stale_statistics(
     assert_found_by_primary_key(generic)
 
 
+def finishing_statements(ids: list[int], attempts: list[int]) -> list[tuple[str, str, str]]:
+    """The finishing statements and the heartbeat over these claims, as (sql, parameter types,
+    values as SQL literals) for explain_generic."""
+    claims = f"'{{{','.join(map(str, ids))}}}', '{{{','.join(map(str, attempts))}}}'"
+    nulls = f"'{{{','.join(['NULL'] * len(ids))}}}'"
+    return [
+        (Q.complete, COMPLETE_PARAMS, f"{claims}, {nulls}, 'c', 'c', 'off'"),
+        (Q.extend_leases, "bigint[], int[], float8", f"{claims}, 300"),
+        (Q.finish_cancelled, "bigint[], int[], text, text, text", f"{claims}, 'c', 'c', 'off'"),
+        (Q.cancel_requests, "bigint[], int[]", claims),
+    ]
+
+
 def work(plan: dict[str, Any]) -> int:
     """Rows produced or filtered out by every node of an analysed plan, over all its loops: the
     statement's work, linear in the batch when each row is found by primary key."""
@@ -186,14 +199,8 @@ async def test_outcomes_and_heartbeat_stay_linear_when_statistics_saw_a_nearly_e
     await pending(db, 10_000)
     ids, attempts = await claimed_ids(db, 5_000)
     ids, attempts = ids[:1000], attempts[:1000]
-    claims = f"'{{{','.join(map(str, ids))}}}', '{{{','.join(map(str, attempts))}}}'"
     for mode in ("force_custom_plan", "force_generic_plan"):
-        for sql, types, values in [
-            (Q.complete, COMPLETE_PARAMS, f"{claims}, '{{{','.join(['NULL'] * 1000)}}}', 'c', 'c', 'off'"),
-            (Q.extend_leases, "bigint[], int[], float8", f"{claims}, 300"),
-            (Q.finish_cancelled, "bigint[], int[], text, text, text", f"{claims}, 'c', 'c', 'off'"),
-            (Q.cancel_requests, "bigint[], int[]", claims),
-        ]:
+        for sql, types, values in finishing_statements(ids, attempts):
             ran = await explain_generic(db, sql, types, values, analyze=True, mode=mode)
             assert work(ran) <= 50 * 1000, (mode, sql[:40], work(ran))
 
@@ -215,17 +222,10 @@ async def test_a_large_complete_in_a_table_swollen_with_dead_rows_finds_rows_by_
     # statement may switch to after a few executions: rows produced or filtered out by every
     # node, over all its loops. (A join filter matching each job against the whole batch is
     # quadratic: 16 million rows here; it made the drain 8x slower.)
-    claims = f"'{{{','.join(map(str, ids))}}}', '{{{','.join(map(str, attempts))}}}'"
-    for mode, sql, types, values in [
-        (mode, *statement)
-        for mode in ("force_custom_plan", "force_generic_plan")
-        for statement in [
-            (Q.complete, COMPLETE_PARAMS, f"{claims}, '{{{','.join(['NULL'] * 4000)}}}', 'c', 'c', 'off'"),
-            (Q.extend_leases, "bigint[], int[], float8", f"{claims}, 300"),
-        ]
-    ]:
-        ran = await explain_generic(db, sql, types, values, analyze=True, mode=mode)
-        assert work(ran) <= 50 * 4000, (mode, sql[:40], work(ran))
+    for mode in ("force_custom_plan", "force_generic_plan"):
+        for sql, types, values in finishing_statements(ids, attempts)[:2]:  # complete, heartbeat
+            ran = await explain_generic(db, sql, types, values, analyze=True, mode=mode)
+            assert work(ran) <= 50 * 4000, (mode, sql[:40], work(ran))
 
     fail = await explain(
         db, Q.fail, ids, attempts, ["e"] * 4000, [None] * 4000, [False] * 4000, [1.0] * 4000, [2.0] * 4000,
