@@ -272,19 +272,17 @@ CROSS JOIN LATERAL (
 -- Record running jobs whose handlers were cancelled on request: moved to the archive as
 -- cancelled. Fenced by the claim like complete; wakes result waiters ($4) and, for queues with
 -- a concurrency limit, the workers waiting for the freed slot ($3). $5: the commit mode.
-WITH finished AS MATERIALIZED (
-    -- Looked up and locked one by one, by primary key, as in complete (LATERAL, never a join).
-    SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
+WITH claims AS MATERIALIZED (
+    -- The batch as one row, each claim's attempt keyed by id: see complete.
+    SELECT jsonb_object_agg(d.id, d.attempts) AS attempts
     FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS d(id, attempts)
-    CROSS JOIN LATERAL (
-        SELECT r.* FROM {schema}.jobs AS r
-        WHERE r.id = d.id AND r.attempts = d.attempts AND r.status || '' = 'running'  -- see complete
-        FOR UPDATE OF r
-    ) AS j
 ),
-deleted AS (
+finished AS (
     DELETE FROM {schema}.jobs AS j
-    WHERE j.id = ANY (ARRAY(SELECT f.id FROM finished AS f))
+    WHERE j.id = ANY ((SELECT $1::bigint[])::bigint[])
+      AND j.attempts = ((SELECT c.attempts FROM claims AS c) ->> j.id::text)::int
+      AND j.status || '' = 'running'  -- see complete
+    RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
 ),
 archived AS (
     INSERT INTO {schema}.jobs_done
@@ -332,29 +330,28 @@ FROM (SELECT f.queue, min(f.run_at) AS first FROM finished AS f WHERE f.status =
 -- `counted` adds them to the throughput counters of `queue_status`: a row per queue, minute
 -- and shard (backend pid mod 8, so concurrent completers rarely share a row lock), upserted
 -- in queue order so two completers lock their rows in the same order. $6: the commit mode.
-WITH finished AS MATERIALIZED (
-    -- Each claim's row, looked up by primary key and locked, one lookup per claim: the LATERAL
-    -- subquery (FOR UPDATE keeps the planner from flattening it) is run once per batch entry, so
-    -- no statistics can turn the statement into a scan of jobs. (As a join, statistics taken
-    -- while the table was nearly empty made the planner scan the whole table once and loop over
-    -- the batch inside: 4 s for 1,000 outcomes over 10,000 rows in the soak; leases expired.)
-    -- The arrays come through subqueries so the planner cannot count them either. The other
-    -- finishing statements and the heartbeat do the same.
-    -- `|| ''` keeps the planner on the primary key, off jobs_lease_idx: statistics taken
-    -- while nothing ran make that index look empty.
-    SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.archive,
-           j.created_at, d.result
+WITH claims AS MATERIALIZED (
+    -- Each claim's attempt and result keyed by id, in one jsonb object computed once. The
+    -- DELETE finds its rows by `id = ANY ($1)`, one primary-key lookup per claim, and checks
+    -- each row against its own entry, so the batch is never joined to jobs. (As a join,
+    -- statistics taken while the table was nearly empty made the planner scan the whole table
+    -- once per claim: 4 s for 1,000 outcomes in the soak; leases expired.) The arrays come
+    -- through subqueries, as the object does, so the planner can count neither and price one
+    -- scan of the table below many lookups. fail, reschedule and finish_cancelled do the same.
+    SELECT jsonb_object_agg(d.id, jsonb_build_array(d.attempts, d.result)) AS inputs
     FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::text[])) AS d(id, attempts, result)
-    CROSS JOIN LATERAL (
-        SELECT r.* FROM {schema}.jobs AS r
-        WHERE r.id = d.id AND r.attempts = d.attempts AND r.status || '' = 'running'
-        FOR UPDATE OF r
-    ) AS j
 ),
-deleted AS (
-    -- The locked rows, by primary key (an array, never a join).
+finished AS (
+    -- Fenced: only rows still running under the same claim (id, attempts). A row changed
+    -- since the statement's snapshot (a heartbeat renewed it) is checked again before it goes.
+    -- `|| ''` keeps the planner on the primary key, off jobs_lease_idx: statistics taken while
+    -- nothing ran make that index look empty.
     DELETE FROM {schema}.jobs AS j
-    WHERE j.id = ANY (ARRAY(SELECT f.id FROM finished AS f))
+    WHERE j.id = ANY ((SELECT $1::bigint[])::bigint[])
+      AND j.attempts = ((SELECT c.inputs FROM claims AS c) -> j.id::text ->> 0)::int
+      AND j.status || '' = 'running'
+    RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.archive, j.created_at,
+              (SELECT c.inputs FROM claims AS c) -> j.id::text ->> 1 AS result
 ),
 archived AS (
     INSERT INTO {schema}.jobs_done
@@ -388,26 +385,38 @@ SELECT count(*), (SELECT count(*) FROM notified) AS notified FROM finished WHERE
 -- Wakes: the workers of a limited queue whose slot freed ($10), every worker of a queue about
 -- the earliest retry's due time ($11, 'seconds queue'), and result waiters of dead jobs ($12).
 -- $13: the commit mode.
-WITH finished AS (
+WITH claims AS MATERIALIZED (
+    -- The batch as one row, each claim's inputs keyed by id: see complete.
+    SELECT jsonb_object_agg(f.id, jsonb_build_object(
+               'attempts', f.attempts, 'error', f.error, 'delay', f.delay, 'dead', f.dead,
+               'base', f.base, 'factor', f.factor, 'max_delay', f.max_delay, 'jitter', f.jitter)) AS inputs
+    FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::text[]), (SELECT $4::float8[]),
+                (SELECT $5::bool[]),
+                (SELECT $6::float8[]), (SELECT $7::float8[]), (SELECT $8::float8[]), (SELECT $9::float8[]))
+         AS f(id, attempts, error, delay, dead, base, factor, max_delay, jitter)
+),
+finished AS (
 UPDATE {schema}.jobs AS j
-SET status = CASE WHEN f.dead OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
-    run_at = CASE
-        WHEN f.dead OR j.attempts >= j.max_attempts THEN j.run_at
-        ELSE now() + make_interval(secs => coalesce(
-            f.delay,
-            least(f.max_delay,
-                  f.base * power(f.factor, least(j.attempts - 1, 64))
-                  * (1 + f.jitter * (2 * random() - 1)))))
-    END,
-    last_error = f.error,
+SET (status, run_at, last_error) = (
+        SELECT CASE WHEN f.dead OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
+               CASE
+                   WHEN f.dead OR j.attempts >= j.max_attempts THEN j.run_at
+                   ELSE now() + make_interval(secs => coalesce(
+                       f.delay,
+                       least(f.max_delay,
+                             f.base * power(f.factor, least(j.attempts - 1, 64))
+                             * (1 + f.jitter * (2 * random() - 1)))))
+               END,
+               f.error
+        FROM jsonb_to_record((SELECT c.inputs FROM claims AS c) -> j.id::text)
+             AS f(error text, delay float8, dead bool, base float8, factor float8, max_delay float8, jitter float8)
+    ),
     lease_expires_at = NULL,
     locked_at = NULL,
     locked_by = NULL
-FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::text[]), (SELECT $4::float8[]),
-            (SELECT $5::bool[]),
-            (SELECT $6::float8[]), (SELECT $7::float8[]), (SELECT $8::float8[]), (SELECT $9::float8[]))
-     AS f(id, attempts, error, delay, dead, base, factor, max_delay, jitter)
-WHERE j.id = f.id AND j.attempts = f.attempts AND j.status || '' = 'running'  -- see complete
+WHERE j.id = ANY ((SELECT $1::bigint[])::bigint[])
+  AND j.attempts = ((SELECT c.inputs FROM claims AS c) -> j.id::text ->> 'attempts')::int
+  AND j.status || '' = 'running'  -- see complete
 RETURNING j.id, j.queue, j.status, j.run_at
 ),
 notified AS (
@@ -425,17 +434,26 @@ WHERE {commit_mode($13)};
 -- interrupted shutdown, a job claimed but never started). Attempts never go down, so they stay
 -- a fence; max_attempts goes up by one instead. Wakes as fail does ($5 freed slots of limited
 -- queues and jobs due now, $6 the earliest later due time per queue). $7: the commit mode.
-WITH finished AS (
+WITH claims AS MATERIALIZED (
+    -- The batch as one row, each claim's inputs keyed by id: see complete.
+    SELECT jsonb_object_agg(r.id, jsonb_build_object('attempts', r.attempts, 'delay', r.delay, 'note', r.note)) AS inputs
+    FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::float8[]), (SELECT $4::text[]))
+         AS r(id, attempts, delay, note)
+),
+finished AS (
 UPDATE {schema}.jobs AS j
 SET status = 'pending',
-    run_at = now() + make_interval(secs => r.delay),
+    (run_at, last_error) = (
+        SELECT now() + make_interval(secs => r.delay), coalesce(r.note, j.last_error)
+        FROM jsonb_to_record((SELECT c.inputs FROM claims AS c) -> j.id::text) AS r(delay float8, note text)
+    ),
     max_attempts = j.max_attempts + 1,
-    last_error = coalesce(r.note, j.last_error),
     lease_expires_at = NULL,
     locked_at = NULL,
     locked_by = NULL
-FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::float8[]), (SELECT $4::text[])) AS r(id, attempts, delay, note)
-WHERE j.id = r.id AND j.attempts = r.attempts AND j.status || '' = 'running'  -- see complete
+WHERE j.id = ANY ((SELECT $1::bigint[])::bigint[])
+  AND j.attempts = ((SELECT c.inputs FROM claims AS c) -> j.id::text ->> 'attempts')::int
+  AND j.status || '' = 'running'  -- see complete
 RETURNING j.id, j.queue, j.status, j.run_at
 ),
 notified AS (

@@ -23,6 +23,7 @@ CLAIM_ARGS: tuple[Any, ...] = (["default"], [10], "plan-test", 300.0, 10)
 CLAIM_PARAMS = "text[], int[], text, float8, int"
 CLAIM_VALUES = "'{default}', '{10}', 'plan-test', 300, 10"
 COMPLETE_PARAMS = "bigint[], int[], text[], text, text, text"
+FAIL_PARAMS = "bigint[], int[], text[], float8[], bool[], float8[], float8[], float8[], float8[], text, text, text, text"
 
 
 def assert_claim_reads_ready_index(plan: dict[str, Any]) -> None:
@@ -157,14 +158,31 @@ async def test_finishing_writes_find_rows_by_primary_key_with_stale_statistics(
 def finishing_statements(ids: list[int], attempts: list[int]) -> list[tuple[str, str, str]]:
     """The finishing statements and the heartbeat over these claims, as (sql, parameter types,
     values as SQL literals) for explain_generic."""
+    def each(value: str) -> str:
+        return f"'{{{','.join([value] * len(ids))}}}'"
+
     claims = f"'{{{','.join(map(str, ids))}}}', '{{{','.join(map(str, attempts))}}}'"
-    nulls = f"'{{{','.join(['NULL'] * len(ids))}}}'"
+    backoff = ", ".join(each(v) for v in ("1.0", "2.0", "60.0", "0.1"))
     return [
-        (Q.complete, COMPLETE_PARAMS, f"{claims}, {nulls}, 'c', 'c', 'off'"),
+        (Q.complete, COMPLETE_PARAMS, f"{claims}, {each('NULL')}, 'c', 'c', 'off'"),
         (Q.extend_leases, "bigint[], int[], float8", f"{claims}, 300"),
+        (Q.fail, FAIL_PARAMS, f"{claims}, {each('e')}, {each('NULL')}, {each('false')}, {backoff}, 'c', 'c', 'c', 'off'"),
+        (Q.reschedule, "bigint[], int[], float8[], text[], text, text, text",
+         f"{claims}, {each('0')}, {each('NULL')}, 'c', 'c', 'off'"),
         (Q.finish_cancelled, "bigint[], int[], text, text, text", f"{claims}, 'c', 'c', 'off'"),
         (Q.cancel_requests, "bigint[], int[]", claims),
     ]
+
+
+def written(sql: str, plan: dict[str, Any]) -> int:
+    """Rows a finishing statement wrote, as its UPDATE or DELETE returned them; for the
+    heartbeat and the cancel check (no RETURNING there), the claims they report."""
+    if sql in (Q.extend_leases, Q.cancel_requests):
+        return int(plan["Plan"]["Actual Rows"])
+    return sum(
+        n["Actual Rows"] for n in nodes(plan)
+        if n["Node Type"] == "ModifyTable" and n["Operation"] in ("Update", "Delete")
+    )
 
 
 def work(plan: dict[str, Any]) -> int:
@@ -203,6 +221,7 @@ async def test_outcomes_and_heartbeat_stay_linear_when_statistics_saw_a_nearly_e
         for sql, types, values in finishing_statements(ids, attempts):
             ran = await explain_generic(db, sql, types, values, analyze=True, mode=mode)
             assert work(ran) <= 50 * 1000, (mode, sql[:40], work(ran))
+            assert written(sql, ran) == (0 if sql is Q.cancel_requests else 1000), (mode, sql[:40])
 
 
 async def test_a_large_complete_in_a_table_swollen_with_dead_rows_finds_rows_by_primary_key(
@@ -223,9 +242,10 @@ async def test_a_large_complete_in_a_table_swollen_with_dead_rows_finds_rows_by_
     # node, over all its loops. (A join filter matching each job against the whole batch is
     # quadratic: 16 million rows here; it made the drain 8x slower.)
     for mode in ("force_custom_plan", "force_generic_plan"):
-        for sql, types, values in finishing_statements(ids, attempts)[:2]:  # complete, heartbeat
+        for sql, types, values in finishing_statements(ids, attempts)[:4]:  # complete, heartbeat, fail, reschedule
             ran = await explain_generic(db, sql, types, values, analyze=True, mode=mode)
             assert work(ran) <= 50 * 4000, (mode, sql[:40], work(ran))
+            assert written(sql, ran) == 4000, (mode, sql[:40])
 
     fail = await explain(
         db, Q.fail, ids, attempts, ["e"] * 4000, [None] * 4000, [False] * 4000, [1.0] * 4000, [2.0] * 4000,
