@@ -229,8 +229,11 @@ class Producer:
                     on_claimed(len(jobs))
                     for job in jobs:
                         send.send_nowait(job)
-                if len(jobs) < free and (self._check_due or self.limited or not self.config.listen):
-                    await self._learn_due()  # after the hand-over: the handlers need not wait for it
+                # After the hand-over, so the handlers need not wait for it. A burst waits for no
+                # due time (jobs due later do not keep it going) unless a limit holds jobs back.
+                if (len(jobs) < free and (self._check_due or self.limited or not self.config.listen)
+                        and (self.limited or not burst)):
+                    await self._learn_due()
                 if len(jobs) == free:
                     continue  # every slot filled: there may be more ready right now
                 if not burst:
