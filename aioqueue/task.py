@@ -183,14 +183,14 @@ class Task(Generic[P, R]):
                 named[name] = value
         return named
 
-    def fits_as_is(self, kwargs: dict[str, Any]) -> bool:
-        """Are these keyword arguments already what :meth:`named_args` would return (the fast
-        check a bulk enqueue makes per job; False means: ask named_args)?"""
+    def all_fit_as_is(self, calls: list[dict[str, Any]]) -> bool:
+        """Are these keyword arguments, every call's, already what :meth:`named_args` would
+        return (the fast check of a bulk enqueue; False means: ask named_args job by job)?"""
         names = self._names
-        if names is None:
+        if names is None or not names.issuperset(set().union(*calls)):
             return False
-        keys = kwargs.keys()
-        return keys <= names and self._required <= keys
+        required = self._required
+        return not required or all(required <= kwargs.keys() for kwargs in calls)
 
     def named_args(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], headers: Mapping[str, str] | None = None
@@ -263,11 +263,11 @@ class NamedTask:
         )
         return Enqueuer(self, opts, _writer(self.name, conn))
 
-    def fits_as_is(self, kwargs: dict[str, Any]) -> bool:
-        """See :meth:`Task.fits_as_is`: a JSON object whose names are all str."""
+    def all_fit_as_is(self, calls: list[dict[str, Any]]) -> bool:
+        """See :meth:`Task.all_fit_as_is`: JSON objects whose names are all str."""
         if self._local is not None:
-            return self._local.fits_as_is(kwargs)
-        return _STR_ONLY.issuperset(map(type, kwargs))
+            return self._local.all_fit_as_is(calls)
+        return _STR_ONLY.issuperset(map(type, set().union(*calls)))
 
     def named_args(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], headers: Mapping[str, str] | None = None
@@ -394,9 +394,9 @@ class Enqueuer(Generic[P, R]):
             )
         calls = items if isinstance(items, list) else list(items)
         app = self.task.app
-        if not headers and set(map(type, calls)) == {dict} and all(map(self.task.fits_as_is, calls)):
+        plain = cast(list[dict[str, Any]], calls)
+        if not headers and set(map(type, calls)) == {dict} and self.task.all_fit_as_is(plain):
             # Plain dicts that already fit: encoded before this call returns, so not copied.
-            plain = cast(list[dict[str, Any]], calls)
             return payload.encode_args_array(self.task.name, plain, app.max_payload_bytes, "enqueue_many")
         named = []
         for i, item in enumerate(calls):

@@ -23,7 +23,7 @@ CLAIM_ARGS: tuple[Any, ...] = (["default"], [10], "plan-test", 300.0, 10)
 CLAIM_PARAMS = "text[], int[], text, float8, int"
 CLAIM_VALUES = "'{default}', '{10}', 'plan-test', 300, 10"
 COMPLETE_PARAMS = "bigint[], int[], text[], text, text, text"
-FAIL_PARAMS = "bigint[], int[], text[], float8[], bool[], float8[], float8[], float8[], float8[], text, text, text, text"
+FAIL_PARAMS = "bigint[], int[], text[], float8[], bool[], " + "float8[], " * 4 + "text, text, text, text"
 
 
 def assert_claim_reads_ready_index(plan: dict[str, Any]) -> None:
@@ -166,7 +166,8 @@ def finishing_statements(ids: list[int], attempts: list[int]) -> list[tuple[str,
     return [
         (Q.complete, COMPLETE_PARAMS, f"{claims}, {each('NULL')}, 'c', 'c', 'off'"),
         (Q.extend_leases, "bigint[], int[], float8", f"{claims}, 300"),
-        (Q.fail, FAIL_PARAMS, f"{claims}, {each('e')}, {each('NULL')}, {each('false')}, {backoff}, 'c', 'c', 'c', 'off'"),
+        (Q.fail, FAIL_PARAMS,
+         f"{claims}, {each('e')}, {each('NULL')}, {each('false')}, {backoff}, 'c', 'c', 'c', 'off'"),
         (Q.reschedule, "bigint[], int[], float8[], text[], text, text, text",
          f"{claims}, {each('0')}, {each('NULL')}, 'c', 'c', 'off'"),
         (Q.finish_cancelled, "bigint[], int[], text, text, text", f"{claims}, 'c', 'c', 'off'"),
