@@ -66,6 +66,36 @@ class Job:
         return decode_claimed(rows)
 
 
+def _slot_setters(cls: type) -> tuple[Any, ...]:
+    """The ``__set__`` of each field's slot of the slotted dataclass ``cls``, in field order."""
+    return tuple(vars(cls)[field.name].__set__ for field in dataclasses.fields(cls))
+
+
+(_set_id, _set_queue, _set_task, _set_args, _set_priority, _set_attempt, _set_max_attempts, _set_run_at,
+ _set_created_at, _set_headers) = _slot_setters(Job)
+
+
+def _claimed_job(
+    id: int, queue: str, task: str, args: dict[str, Any], priority: int, attempt: int, max_attempts: int,
+    run_at: datetime.datetime, created_at: datetime.datetime, headers: dict[str, str],
+) -> Job:
+    """``Job(...)``, built for a claim in half the time: a frozen dataclass's ``__init__`` sets
+    each field through ``object.__setattr__`` (about 1 µs a job here, a tenth of a worker's own
+    CPU per no-op job); setting the slots directly makes the same immutable object."""
+    job = object.__new__(Job)
+    _set_id(job, id)
+    _set_queue(job, queue)
+    _set_task(job, task)
+    _set_args(job, args)
+    _set_priority(job, priority)
+    _set_attempt(job, attempt)
+    _set_max_attempts(job, max_attempts)
+    _set_run_at(job, run_at)
+    _set_created_at(job, created_at)
+    _set_headers(job, headers)
+    return job
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Undecodable:
     """A claimed row whose arguments Python cannot decode: ``(id, attempt)`` fences the write
@@ -93,7 +123,7 @@ def decode_claimed(rows: Sequence[asyncpg.Record]) -> tuple[list[Job], list[Unde
         if args is not None and all(type(a) is dict for a in args):
             pairs = zip(rows, args, strict=True)
             return [
-                Job(i, q, t, a, p, n, m, r, c, a.pop(HEADERS_KEY, None) or {})
+                _claimed_job(i, q, t, a, p, n, m, r, c, a.pop(HEADERS_KEY, None) or {})
                 for (i, q, t, _, p, n, m, r, c), a in pairs
             ], []
     good: list[Job] = []

@@ -205,8 +205,12 @@ class Task(Generic[P, R]):
     def arguments_problem(self, args: Mapping[str, Any]) -> str | None:
         """Why a stored job's arguments do not fit this task's signature (naming the task and the
         argument), or None when they do. For jobs enqueued by name, checked where the handler is."""
-        if self._names is not None:
-            unexpected = sorted(set(args) - self._names)
+        names = self._names
+        if names is not None:
+            keys = args.keys()
+            if keys <= names and self._required <= keys:
+                return None  # every job a worker runs asks this: the common answer first
+            unexpected = sorted(set(args) - names)
             if unexpected:  # a misspelt name also makes a required one missing: name the cause
                 return f"task {self.name!r}: got an unexpected keyword argument {unexpected[0]!r}"
         try:
