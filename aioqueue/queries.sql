@@ -273,14 +273,14 @@ CROSS JOIN LATERAL (
 -- cancelled. Fenced by the claim like complete; wakes result waiters ($4) and, for queues with
 -- a concurrency limit, the workers waiting for the freed slot ($3). $5: the commit mode.
 WITH claims AS MATERIALIZED (
-    -- The batch as one row, each claim's attempt keyed by id: see complete.
-    SELECT jsonb_object_agg(d.id, d.attempts) AS attempts
+    -- The batch's claims as the keys of one jsonb object: see complete.
+    SELECT jsonb_object_agg(d.id || ':' || d.attempts, true) AS inputs
     FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS d(id, attempts)
 ),
 finished AS (
     DELETE FROM {schema}.jobs AS j
     WHERE j.id = ANY ((SELECT $1::bigint[])::bigint[])
-      AND j.attempts = ((SELECT c.attempts FROM claims AS c) ->> j.id::text)::int
+      AND (SELECT c.inputs FROM claims AS c) ? (j.id || ':' || j.attempts)
       AND j.status || '' = 'running'  -- see complete
     RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
 ),
@@ -331,14 +331,15 @@ FROM (SELECT f.queue, min(f.run_at) AS first FROM finished AS f WHERE f.status =
 -- and shard (backend pid mod 8, so concurrent completers rarely share a row lock), upserted
 -- in queue order so two completers lock their rows in the same order. $6: the commit mode.
 WITH claims AS MATERIALIZED (
-    -- Each claim's attempt and result keyed by id, in one jsonb object computed once. The
-    -- DELETE finds its rows by `id = ANY ($1)`, one primary-key lookup per claim, and checks
-    -- each row against its own entry, so the batch is never joined to jobs. (As a join,
-    -- statistics taken while the table was nearly empty made the planner scan the whole table
-    -- once per claim: 4 s for 1,000 outcomes in the soak; leases expired.) The arrays come
-    -- through subqueries, as the object does, so the planner can count neither and price one
-    -- scan of the table below many lookups. fail, reschedule and finish_cancelled do the same.
-    SELECT jsonb_object_agg(d.id, jsonb_build_array(d.attempts, d.result)) AS inputs
+    -- Each claim's result keyed by the claim, 'id:attempt', in one jsonb object computed once.
+    -- The DELETE finds its rows by `id = ANY ($1)`, one primary-key lookup per claim, and keeps
+    -- those whose own claim is a key (a batch may also hold an older attempt's outcome of the
+    -- same job), so the batch is never joined to jobs. (As a join, statistics taken while the
+    -- table was nearly empty made the planner scan the whole table once per claim: 4 s for
+    -- 1,000 outcomes in the soak; leases expired.) The arrays come through subqueries, as the
+    -- object does, so the planner can count neither and price one scan of the table below many
+    -- lookups. fail, reschedule and finish_cancelled do the same.
+    SELECT jsonb_object_agg(d.id || ':' || d.attempts, d.result) AS inputs
     FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::text[])) AS d(id, attempts, result)
 ),
 finished AS (
@@ -348,10 +349,10 @@ finished AS (
     -- nothing ran make that index look empty.
     DELETE FROM {schema}.jobs AS j
     WHERE j.id = ANY ((SELECT $1::bigint[])::bigint[])
-      AND j.attempts = ((SELECT c.inputs FROM claims AS c) -> j.id::text ->> 0)::int
+      AND (SELECT c.inputs FROM claims AS c) ? (j.id || ':' || j.attempts)
       AND j.status || '' = 'running'
     RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.archive, j.created_at,
-              (SELECT c.inputs FROM claims AS c) -> j.id::text ->> 1 AS result
+              (SELECT c.inputs FROM claims AS c) ->> (j.id || ':' || j.attempts) AS result
 ),
 archived AS (
     INSERT INTO {schema}.jobs_done
@@ -386,9 +387,9 @@ SELECT count(*), (SELECT count(*) FROM notified) AS notified FROM finished WHERE
 -- the earliest retry's due time ($11, 'seconds queue'), and result waiters of dead jobs ($12).
 -- $13: the commit mode.
 WITH claims AS MATERIALIZED (
-    -- The batch as one row, each claim's inputs keyed by id: see complete.
-    SELECT jsonb_object_agg(f.id, jsonb_build_object(
-               'attempts', f.attempts, 'error', f.error, 'delay', f.delay, 'dead', f.dead,
+    -- Each claim's inputs keyed by the claim: see complete.
+    SELECT jsonb_object_agg(f.id || ':' || f.attempts, jsonb_build_object(
+               'error', f.error, 'delay', f.delay, 'dead', f.dead,
                'base', f.base, 'factor', f.factor, 'max_delay', f.max_delay, 'jitter', f.jitter)) AS inputs
     FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::text[]), (SELECT $4::float8[]),
                 (SELECT $5::bool[]),
@@ -408,14 +409,14 @@ SET (status, run_at, last_error) = (
                              * (1 + f.jitter * (2 * random() - 1)))))
                END,
                f.error
-        FROM jsonb_to_record((SELECT c.inputs FROM claims AS c) -> j.id::text)
+        FROM jsonb_to_record((SELECT c.inputs FROM claims AS c) -> (j.id || ':' || j.attempts))
              AS f(error text, delay float8, dead bool, base float8, factor float8, max_delay float8, jitter float8)
     ),
     lease_expires_at = NULL,
     locked_at = NULL,
     locked_by = NULL
 WHERE j.id = ANY ((SELECT $1::bigint[])::bigint[])
-  AND j.attempts = ((SELECT c.inputs FROM claims AS c) -> j.id::text ->> 'attempts')::int
+  AND (SELECT c.inputs FROM claims AS c) ? (j.id || ':' || j.attempts)
   AND j.status || '' = 'running'  -- see complete
 RETURNING j.id, j.queue, j.status, j.run_at
 ),
@@ -435,8 +436,8 @@ WHERE {commit_mode($13)};
 -- a fence; max_attempts goes up by one instead. Wakes as fail does ($5 freed slots of limited
 -- queues and jobs due now, $6 the earliest later due time per queue). $7: the commit mode.
 WITH claims AS MATERIALIZED (
-    -- The batch as one row, each claim's inputs keyed by id: see complete.
-    SELECT jsonb_object_agg(r.id, jsonb_build_object('attempts', r.attempts, 'delay', r.delay, 'note', r.note)) AS inputs
+    -- Each claim's inputs keyed by the claim: see complete.
+    SELECT jsonb_object_agg(r.id || ':' || r.attempts, jsonb_build_object('delay', r.delay, 'note', r.note)) AS inputs
     FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::float8[]), (SELECT $4::text[]))
          AS r(id, attempts, delay, note)
 ),
@@ -445,14 +446,15 @@ UPDATE {schema}.jobs AS j
 SET status = 'pending',
     (run_at, last_error) = (
         SELECT now() + make_interval(secs => r.delay), coalesce(r.note, j.last_error)
-        FROM jsonb_to_record((SELECT c.inputs FROM claims AS c) -> j.id::text) AS r(delay float8, note text)
+        FROM jsonb_to_record((SELECT c.inputs FROM claims AS c) -> (j.id || ':' || j.attempts))
+             AS r(delay float8, note text)
     ),
     max_attempts = j.max_attempts + 1,
     lease_expires_at = NULL,
     locked_at = NULL,
     locked_by = NULL
 WHERE j.id = ANY ((SELECT $1::bigint[])::bigint[])
-  AND j.attempts = ((SELECT c.inputs FROM claims AS c) -> j.id::text ->> 'attempts')::int
+  AND (SELECT c.inputs FROM claims AS c) ? (j.id || ':' || j.attempts)
   AND j.status || '' = 'running'  -- see complete
 RETURNING j.id, j.queue, j.status, j.run_at
 ),

@@ -29,6 +29,7 @@ import pytest
 import aioqueue
 from aioqueue.claims import ClaimKey
 from aioqueue.executor import Interrupt
+from aioqueue.queries import for_schema
 
 from .fault_tools import owned_server
 from .helpers import eventually
@@ -370,3 +371,32 @@ async def test_reclaim_after_server_outage_longer_than_the_lease(run: int) -> No
     assert worker.stats == aioqueue.WorkerStats(
         claimed=len(outcomes) + 1, succeeded=2, interrupted=len(outcomes) - 1
     )
+
+
+# -- one batch holding two claims of one job -------------------------------------------------
+
+FINISHING = {
+    # statement: (parameters after the ids and attempts, the row it leaves: None = deleted)
+    "complete": (([None, None], "c", "d", "off"), None),
+    "finish_cancelled": (("c", "d", "off"), None),
+    "fail": ((["new", "stale"], [0.0, 0.0], [False, False], [1.0] * 2, [2.0] * 2, [60.0] * 2, [0.1] * 2,
+              "c", "d", "e", "off"), ("pending", 2, "new")),
+    "reschedule": (([0.0, 0.0], ["new", "stale"], "c", "d", "off"), ("pending", 2, "new")),
+}
+
+
+@pytest.mark.parametrize("statement", sorted(FINISHING))
+async def test_a_batch_with_a_stale_claim_after_the_current_one_finishes_the_current_one(
+    db: asyncpg.Connection, statement: str
+) -> None:
+    # The completer's batch can hold a job's current claim and, after it, an outcome of an older
+    # attempt of the same job (reaped and claimed again): each statement must match every row to
+    # its own claim (id and attempt), whatever else the batch holds for that id.
+    sql = getattr(for_schema("aioqueue"), statement)
+    job_id = await db.fetchval(
+        "INSERT INTO aioqueue.jobs (task, status, attempts) VALUES ('t', 'running', 2) RETURNING id"
+    )
+    rest, expected = FINISHING[statement]
+    await db.fetch(sql, [job_id, job_id], [2, 1], *rest)
+    row = await db.fetchrow("SELECT status, attempts, last_error FROM aioqueue.jobs WHERE id = $1", job_id)
+    assert (None if row is None else tuple(row)) == expected
