@@ -66,13 +66,10 @@ class Job:
         return decode_claimed(rows)
 
 
-def _slot_setters(cls: type) -> tuple[Any, ...]:
-    """The ``__set__`` of each field's slot of the slotted dataclass ``cls``, in field order."""
-    return tuple(vars(cls)[field.name].__set__ for field in dataclasses.fields(cls))
-
-
+# The slots' own setters, by field name (a renamed field fails here, at import).
 (_set_id, _set_queue, _set_task, _set_args, _set_priority, _set_attempt, _set_max_attempts, _set_run_at,
- _set_created_at, _set_headers) = _slot_setters(Job)
+ _set_created_at, _set_headers) = (vars(Job)[name].__set__ for name in (
+    "id", "queue", "task", "args", "priority", "attempt", "max_attempts", "run_at", "created_at", "headers"))
 
 
 def _claimed_job(

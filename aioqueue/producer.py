@@ -231,8 +231,8 @@ class Producer:
                         send.send_nowait(job)
                 # After the hand-over, so the handlers need not wait for it. A burst waits for no
                 # due time (jobs due later do not keep it going) unless a limit holds jobs back.
-                if (len(jobs) < free and (self._check_due or self.limited or not self.config.listen)
-                        and (self.limited or not burst)):
+                due_unknown = self._check_due or not self.config.listen  # no listener tells due times
+                if len(jobs) < free and (self.limited or (due_unknown and not burst)):
                     await self._learn_due()
                 if len(jobs) == free:
                     continue  # every slot filled: there may be more ready right now

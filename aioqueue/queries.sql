@@ -264,7 +264,7 @@ FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS h(id, attempts)
 CROSS JOIN LATERAL (
     SELECT FROM {schema}.jobs AS j
     WHERE j.id = h.id AND j.attempts = h.attempts AND j.cancel_requested
-      AND j.status || '' = 'running'  -- see complete
+      AND j.status || '' = 'running'  -- see claimed_rows
     OFFSET 0  -- keeps the planner from flattening this into a join
 ) AS j;
 
@@ -279,9 +279,7 @@ WITH claims AS MATERIALIZED (
 ),
 finished AS (
     DELETE FROM {schema}.jobs AS j
-    WHERE j.id = ANY ((SELECT $1::bigint[])::bigint[])
-      AND (SELECT c.inputs FROM claims AS c) ? (j.id || ':' || j.attempts)
-      AND j.status || '' = 'running'  -- see complete
+    WHERE {claimed_rows}
     RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
 ),
 archived AS (
@@ -324,6 +322,17 @@ WHERE q.concurrency_limit IS NOT NULL AND q.name IN (SELECT f.queue FROM finishe
 SELECT pg_notify($11, extract(epoch FROM d.first - now())::text || ' ' || d.queue)
 FROM (SELECT f.queue, min(f.run_at) AS first FROM finished AS f WHERE f.status = 'pending' GROUP BY f.queue) AS d
 
+-- fragment: claimed_rows
+-- The rows of jobs (as `j`) a finishing statement writes: those of the batch's ids ($1), each
+-- found by primary key, that still run under one of the batch's claims, the keys ('id:attempt')
+-- of the statement's `claims` object (see complete). A row changed since the statement's
+-- snapshot (a heartbeat renewed it) is checked again before it is written. `|| ''` keeps the
+-- planner on the primary key, off jobs_lease_idx: statistics taken while nothing ran make that
+-- index look empty.
+j.id = ANY ((SELECT $1::bigint[])::bigint[])
+AND (SELECT c.inputs FROM claims AS c) ? (j.id || ':' || j.attempts)
+AND j.status || '' = 'running'
+
 -- name: complete
 -- Finish succeeded jobs: delete them, moving those that keep an archive into jobs_done in
 -- the same statement. Fenced: only rows still running under the same claim (id, attempts).
@@ -343,14 +352,8 @@ WITH claims AS MATERIALIZED (
     FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::text[])) AS d(id, attempts, result)
 ),
 finished AS (
-    -- Fenced: only rows still running under the same claim (id, attempts). A row changed
-    -- since the statement's snapshot (a heartbeat renewed it) is checked again before it goes.
-    -- `|| ''` keeps the planner on the primary key, off jobs_lease_idx: statistics taken while
-    -- nothing ran make that index look empty.
     DELETE FROM {schema}.jobs AS j
-    WHERE j.id = ANY ((SELECT $1::bigint[])::bigint[])
-      AND (SELECT c.inputs FROM claims AS c) ? (j.id || ':' || j.attempts)
-      AND j.status || '' = 'running'
+    WHERE {claimed_rows}
     RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.archive, j.created_at,
               (SELECT c.inputs FROM claims AS c) ->> (j.id || ':' || j.attempts) AS result
 ),
@@ -415,9 +418,7 @@ SET (status, run_at, last_error) = (
     lease_expires_at = NULL,
     locked_at = NULL,
     locked_by = NULL
-WHERE j.id = ANY ((SELECT $1::bigint[])::bigint[])
-  AND (SELECT c.inputs FROM claims AS c) ? (j.id || ':' || j.attempts)
-  AND j.status || '' = 'running'  -- see complete
+WHERE {claimed_rows}
 RETURNING j.id, j.queue, j.status, j.run_at
 ),
 notified AS (
@@ -453,9 +454,7 @@ SET status = 'pending',
     lease_expires_at = NULL,
     locked_at = NULL,
     locked_by = NULL
-WHERE j.id = ANY ((SELECT $1::bigint[])::bigint[])
-  AND (SELECT c.inputs FROM claims AS c) ? (j.id || ':' || j.attempts)
-  AND j.status || '' = 'running'  -- see complete
+WHERE {claimed_rows}
 RETURNING j.id, j.queue, j.status, j.run_at
 ),
 notified AS (
@@ -486,7 +485,7 @@ WITH held AS (
     FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS h(id, attempts)
     CROSS JOIN LATERAL (
         SELECT FROM {schema}.jobs AS j
-        WHERE j.id = h.id AND j.attempts = h.attempts AND j.status || '' = 'running'  -- see complete
+        WHERE j.id = h.id AND j.attempts = h.attempts AND j.status || '' = 'running'  -- see claimed_rows
         OFFSET 0  -- keeps the planner from flattening this into a join
     ) AS j
     LEFT JOIN LATERAL (

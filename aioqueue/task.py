@@ -164,13 +164,17 @@ class Task(Generic[P, R]):
         """Store one job per mapping of keyword arguments, in one statement; return their ids."""
         return await Enqueuer(self, self.defaults, _writer(self.name, conn)).enqueue_many(items)
 
+    def _fits(self, kwargs: Mapping[str, Any]) -> bool:
+        """Whether a keyword-only call with these arguments binds to the signature as they are:
+        the checks bind() makes for one, without its cost (False when the function takes
+        ``**kwargs``: then bind() decides)."""
+        names, keys = self._names, kwargs.keys()
+        return names is not None and keys <= names and self._required <= keys
+
     def bind_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Check a call against the signature and return its arguments by name."""
-        if not args and self._names is not None:
-            # The checks bind() makes for a keyword call, without its cost (bulk enqueue).
-            keys = kwargs.keys()
-            if keys <= self._names and self._required <= keys:
-                return dict(kwargs)
+        if not args and self._fits(kwargs):
+            return dict(kwargs)
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -205,12 +209,10 @@ class Task(Generic[P, R]):
     def arguments_problem(self, args: Mapping[str, Any]) -> str | None:
         """Why a stored job's arguments do not fit this task's signature (naming the task and the
         argument), or None when they do. For jobs enqueued by name, checked where the handler is."""
-        names = self._names
-        if names is not None:
-            keys = args.keys()
-            if keys <= names and self._required <= keys:
-                return None  # every job a worker runs asks this: the common answer first
-            unexpected = sorted(set(args) - names)
+        if self._fits(args):
+            return None  # every job a worker runs asks this: the common answer first
+        if self._names is not None:
+            unexpected = sorted(set(args) - self._names)
             if unexpected:  # a misspelt name also makes a required one missing: name the cause
                 return f"task {self.name!r}: got an unexpected keyword argument {unexpected[0]!r}"
         try:
