@@ -16,6 +16,8 @@ from compare.base import concurrent_callers
 from . import reference
 from .enqueue_paths import PATHS, PathMeasure
 
+FLOOR = "the INSERT alone, arguments encoded before the clock"
+
 
 def plan(run: Run) -> None:
     """Line up aioqueue's three enqueue measurements, then each other queue's."""
@@ -38,6 +40,7 @@ def plan(run: Run) -> None:
 
     run.step("enqueue: aioqueue one per call", one_caller)
     run.step(f"enqueue: aioqueue {callers} callers", many_callers)
+
     async def reference_call(dsn: str) -> None:
         seconds = await reference.reference_bulk_insert(dsn, sizes.enqueue_bulk)
         run.results.add_rate("enqueue", reference.SYSTEM, bulk, sizes.enqueue_bulk, seconds)
@@ -45,6 +48,13 @@ def plan(run: Run) -> None:
     run.step("enqueue: aioqueue bulk", one_call)
     # Right after aioqueue's own bulk call, so the ratio of the two sees the same machine.
     run.step("enqueue: reference lane bulk", reference_call)
+
+    async def floor_call(dsn: str) -> None:
+        seconds = await reference.reference_bulk_insert(dsn, sizes.enqueue_bulk, statement_alone=True)
+        run.results.add_rate("enqueue", reference.SYSTEM, f"{bulk}, {FLOOR}", sizes.enqueue_bulk, seconds)
+
+    # What the server's INSERT of these rows costs by itself: the ceiling for any client.
+    run.step("enqueue: reference lane bulk, statement alone", floor_call)
     for path, measure in PATHS.items():
         for bulk_call, n in ((False, sizes.enqueue_single), (True, sizes.enqueue_bulk)):
             metric = f"{path}, " + (f"bulk, {n} per call" if bulk_call else "one per call, a transaction each")
