@@ -60,7 +60,49 @@ class EnqueueOptions:
     key: str | None = None
 
 
-class Task(Generic[P, R]):
+class _Enqueues(Generic[P, R]):
+    """What :class:`Task` and :class:`NamedTask` share: a name, enqueue defaults, and
+    ``options`` for one call."""
+
+    name: str
+    defaults: EnqueueOptions
+
+    @property
+    def queue(self) -> str:
+        """The queue this task's jobs go to unless an enqueue says otherwise."""
+        return self.defaults.queue
+
+    def options(
+        self,
+        *,
+        conn: CallerConnection | None = None,
+        delay: float | None = None,
+        run_at: datetime.datetime | None = None,
+        priority: int | None = None,
+        key: str | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+    ) -> Enqueuer[P, R]:
+        """Return an enqueuer with these options for the next ``enqueue``/``enqueue_many`` (or
+        ``enqueue_sync``/``enqueue_many_sync`` on a sync connection).
+
+        ``conn``: a connection inside the caller's transaction, which the job joins: asyncpg,
+        SQLAlchemy ``AsyncSession``/``AsyncConnection`` (asyncpg driver), psycopg 3 (async or
+        sync) or Django's. ``delay``/``run_at``: when the job becomes ready, in database time;
+        both may be given (the job runs ``delay`` seconds after ``run_at``). ``key``: a dedup
+        key; while a job with this key is pending or running, enqueueing again returns that
+        job's id.
+        """
+        opts = checked_options(
+            self.defaults, delay=delay, run_at=run_at, priority=priority, key=key, queue=queue,
+            max_attempts=max_attempts,
+        )
+        # Only Task and NamedTask derive from this class.
+        source = cast("Task[P, R] | NamedTask", self)
+        return Enqueuer(source, opts, _writer(self.name, conn))
+
+
+class Task(_Enqueues[P, R]):
     """An async function registered on a :class:`~aioqueue.Queue`, runnable as a job.
 
     Calling the task runs the function directly; ``enqueue`` stores a job for a worker.
@@ -118,38 +160,6 @@ class Task(Generic[P, R]):
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run the function now, in this process, without a job."""
         return await self.fn(*args, **kwargs)
-
-    @property
-    def queue(self) -> str:
-        """The queue this task's jobs go to unless an enqueue says otherwise."""
-        return self.defaults.queue
-
-    def options(
-        self,
-        *,
-        conn: CallerConnection | None = None,
-        delay: float | None = None,
-        run_at: datetime.datetime | None = None,
-        priority: int | None = None,
-        key: str | None = None,
-        queue: str | None = None,
-        max_attempts: int | None = None,
-    ) -> Enqueuer[P, R]:
-        """Return an enqueuer with these options for the next ``enqueue``/``enqueue_many`` (or
-        ``enqueue_sync``/``enqueue_many_sync`` on a sync connection).
-
-        ``conn``: a connection inside the caller's transaction, which the job joins: asyncpg,
-        SQLAlchemy ``AsyncSession``/``AsyncConnection`` (asyncpg driver), psycopg 3 (async or
-        sync) or Django's. ``delay``/``run_at``: when the job becomes ready, in database time;
-        both may be given (the job runs ``delay`` seconds after ``run_at``). ``key``: a dedup
-        key; while a job with this key is pending or running, enqueueing again returns that
-        job's id.
-        """
-        opts = checked_options(
-            self.defaults, delay=delay, run_at=run_at, priority=priority, key=key, queue=queue,
-            max_attempts=max_attempts,
-        )
-        return Enqueuer(self, opts, _writer(self.name, conn))
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
         """Store a job that calls this task with these arguments; return its id.
@@ -225,7 +235,7 @@ class Task(Generic[P, R]):
 _STR_ONLY = frozenset({str})
 
 
-class NamedTask:
+class NamedTask(_Enqueues[..., Any]):
     """A task known only by name, as a producer without the handler's code sees it.
 
     Its arguments are any JSON object of keyword arguments (checked against the signature by
@@ -245,29 +255,6 @@ class NamedTask:
 
     def __repr__(self) -> str:
         return f"<NamedTask {self.name!r}>"
-
-    @property
-    def queue(self) -> str:
-        """The queue this task's jobs go to unless an enqueue says otherwise."""
-        return self.defaults.queue
-
-    def options(
-        self,
-        *,
-        conn: CallerConnection | None = None,
-        delay: float | None = None,
-        run_at: datetime.datetime | None = None,
-        priority: int | None = None,
-        key: str | None = None,
-        queue: str | None = None,
-        max_attempts: int | None = None,
-    ) -> Enqueuer[..., Any]:
-        """Return an enqueuer with these options; see :meth:`Task.options`."""
-        opts = checked_options(
-            self.defaults, delay=delay, run_at=run_at, priority=priority, key=key, queue=queue,
-            max_attempts=max_attempts,
-        )
-        return Enqueuer(self, opts, _writer(self.name, conn))
 
     def all_fit_as_is(self, calls: list[dict[str, Any]]) -> bool:
         """See :meth:`Task.all_fit_as_is`: JSON objects whose names are all str."""
