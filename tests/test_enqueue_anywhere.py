@@ -401,6 +401,59 @@ async def test_sql_functions_check_their_inputs(db: asyncpg.Connection) -> None:
             await db.execute(sql)
 
 
+async def test_add_jobs_writes_a_batch_in_input_order_with_one_notify_per_queue_and_due_time(
+    q: aioqueue.Queue, db: asyncpg.Connection, listener: Listener
+) -> None:
+    batch: list[dict[str, Any]] = [
+        {"task": "a", "args": {"i": i}, "queue": "q1" if i % 2 else "q2"} for i in range(200)
+    ]
+    batch += [{"task": "b", "delay_seconds": 60, "queue": "q1"}, {"task": "b", "delay_seconds": 60, "queue": "q1"},
+              {"task": "c", "priority": 7, "max_attempts": 2, "run_at": "2001-02-03T04:05:06Z"}]
+    ids = [r[0] for r in await db.fetch("SELECT * FROM aioqueue.add_jobs($1::jsonb)", json.dumps(batch))]
+    assert len(ids) == len(batch) and ids == sorted(ids)  # one id per job, in the order given
+    rows = {r["id"]: r for r in await db.fetch("SELECT * FROM aioqueue.jobs")}
+    assert [rows[i]["args"] for i in ids[:200]] == [json.dumps({"i": i}) for i in range(200)]
+    assert [rows[i]["queue"] for i in ids[:4]] == ["q2", "q1", "q2", "q1"]
+    later, last = rows[ids[200]], rows[ids[202]]
+    assert later["run_at"] == rows[ids[201]]["run_at"] > rows[ids[0]]["run_at"]
+    assert (last["task"], last["queue"], last["priority"], last["max_attempts"], last["archive"]) == (
+        "c", "default", 7, 2, False)
+    assert last["run_at"] == datetime.datetime(2001, 2, 3, 4, 5, 6, tzinfo=datetime.UTC)
+    got = await listener.settled()
+    ready, due = sorted(p for p in got if " " not in p), [p for p in got if " " in p]
+    assert ready == ["default", "q1", "q2"]  # one wake-up per queue with ready jobs
+    [delayed] = due  # and one due time for the two delayed jobs, which share it
+    seconds, queue = delayed.split(" ")
+    assert queue == "q1" and 55 < float(seconds) <= 60
+
+
+async def test_add_jobs_names_the_first_refused_job_and_writes_none(db: asyncpg.Connection) -> None:
+    cases = {
+        # The first refused job in the order given is the one named, whatever comes after it.
+        '[{"task": "a"}, {"task": "t", "quee": 1}, {"task": "a", "priority": "high"}]':
+            (asyncpg.InvalidParameterValueError, r"^aioqueue\.add_jobs: job 2 of 3: unknown key 'quee'"),
+        '[{"task": "a"}, {"task": "a", "priority": "high"}, {"task": "t", "quee": 1}]':
+            (asyncpg.InvalidTextRepresentationError,
+             r'^aioqueue\.add_jobs: job 2 of 3: invalid input syntax for type integer: "high"$'),
+        '[{"task": "a"}, {"task": "a", "max_attempts": 99999999999}]':
+            (asyncpg.NumericValueOutOfRangeError, r"^aioqueue\.add_jobs: job 2 of 2: value \"99999999999\" is out"),
+        '[{"task": "a", "run_at": "soon"}]':
+            (asyncpg.InvalidDatetimeFormatError, r"^aioqueue\.add_jobs: job 1 of 1: invalid input syntax for type"),
+        '[{"task": "a"}, {"task": "a", "delay_seconds": -1}]':
+            (asyncpg.InvalidParameterValueError, r"^aioqueue\.add_jobs: job 2 of 2: delay_seconds must be 0 to ten"),
+        '[{"task": "a"}, {"task": "a", "dedup_key": ""}, {"task": "a", "dedup_key": "k"}]':
+            (asyncpg.InvalidParameterValueError, r"^aioqueue\.add_jobs: job 2 of 3: dedup_key must be 1 to 1000"),
+        '[{"task": "a"}, "b"]':
+            (asyncpg.InvalidParameterValueError, r"^aioqueue\.add_jobs: job 2 of 2: each job must be a JSON object, "
+                                                 r"got string$"),
+    }
+    for batch, (error, message) in cases.items():
+        with pytest.raises(error, match=message):
+            await db.fetch("SELECT * FROM aioqueue.add_jobs($1::jsonb)", batch)
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+    assert await db.fetch("SELECT * FROM aioqueue.add_jobs('[]')") == []
+
+
 # -- 6. conn= means "in my transaction" -------------------------------------------------------
 
 
