@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import anyio
 import asyncpg
@@ -59,6 +60,42 @@ async def test_claim_never_takes_more_than_asked(q: aioqueue.Queue, db: asyncpg.
         "SELECT min(extract(epoch FROM lease_expires_at - now())) FROM aioqueue.jobs WHERE status = 'running'"
     )
     assert 55 < lease <= 60
+
+
+async def test_claimed_jobs_are_handed_over_before_the_connection_goes_back(
+    q: aioqueue.Queue, db: asyncpg.Connection, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    @q.task
+    async def noop() -> None:
+        pass
+
+    await noop.enqueue_many([{}] * 4)
+    producer = Producer(q.database, WorkerConfig(name="w", lease=60), queues=["default"])
+    pool = q.database.pool
+    handed: list[tuple[list[int], int]] = []
+    jobs = await producer.claim(2, hand_over=lambda js: handed.append(([j.id for j in js], pool.get_idle_size())))
+    # Called once, with the committed claim, while the claim's connection was still out of the pool.
+    assert handed == [([j.id for j in jobs], pool.get_idle_size() - 1)] and len(jobs) == 2
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status = 'running'") == 2
+
+    # Giving the connection back fails after the hand-over: the claim's jobs are returned, not
+    # claimed again (that would take more than the caller had room for), and the failure is logged.
+    release = asyncpg.pool.Pool.release
+
+    async def failing_release(self: asyncpg.Pool, conn: Any, *, timeout: float | None = None) -> None:
+        await release(self, conn, timeout=timeout)
+        raise ConnectionResetError("connection lost on release")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(asyncpg.pool.Pool, "release", failing_release)
+        handed.clear()
+        again = await producer.claim(1, hand_over=lambda js: handed.append(([j.id for j in js], 0)))
+        assert handed == [([j.id for j in again], 0)] and len(again) == 1
+        assert "returning a connection to the pool after a claim failed" in caplog.text
+        # Without a hand-over no claim is in anyone's hands: the failure is the caller's.
+        with pytest.raises(ConnectionResetError):
+            await producer.claim(1)
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status = 'running'") == 4
 
 
 async def test_claims_in_batches_up_to_free_capacity(q: aioqueue.Queue) -> None:
