@@ -10,6 +10,7 @@ rows other workers hold, so every worker may run them with no leader.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -80,13 +81,20 @@ class Maintenance:
             status = await conn.execute(self.db.queries.prune_queue_stats, 3600.0)
         return int(status.split()[-1])
 
-    async def run(self) -> None:
-        """Run upkeep at start and then every ``reap_interval`` until cancelled."""
+    async def step(self, step: Callable[[], Awaitable[int]]) -> None:
+        """Run one upkeep step; a failure is logged, and left to the next pass."""
+        try:
+            await step()
+        except Exception as exc:
+            logger.warning("maintenance step %s failed (%s: %s)", step.__name__, type(exc).__name__, exc)
+
+    async def run(self, *, reaped: bool = False) -> None:
+        """Run upkeep at start and then every ``reap_interval`` until cancelled (``reaped``: the
+        caller has just reaped, so the first pass does not)."""
         while True:
             for step in (self.reap, self.prune, self.prune_stats):
-                try:
-                    await step()
-                except Exception as exc:
-                    logger.warning("maintenance step %s failed (%s: %s)",
-                                   step.__name__, type(exc).__name__, exc)
+                if reaped and step == self.reap:
+                    reaped = False
+                    continue
+                await self.step(step)
             await anyio.sleep(self.reap_interval)

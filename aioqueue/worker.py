@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Unpack
 
 import anyio
@@ -184,9 +185,9 @@ class Worker:
             async with anyio.create_task_group() as services:
                 services.start_soon(completer.run)
                 services.start_soon(self.heartbeat.run)
-                services.start_soon(self.maintenance.run)
+                services.start_soon(self._after_first_claim, functools.partial(self.maintenance.run, reaped=True))
                 self.registry = WorkerRegistry(db, self.name, queues=queues, concurrency=cfg.concurrency)
-                services.start_soon(self.registry.run)
+                services.start_soon(self._after_first_claim, self.registry.run)
                 if cfg.listen and not burst:
                     channels: dict[str, Callable[[str], None]] = {
                         db.channels.jobs: producer.wake,
@@ -206,6 +207,10 @@ class Worker:
                     self.health = Health(db, self._services_state, port=cfg.health_port, host=cfg.health_addr,
                                          unready_after=cfg.unready_after, name=self.name)
                     await services.start(self.health.run)
+                # Reap before the first claim, on the connection it will then use: a worker that
+                # starts after a crash claims the jobs whose leases ran out, and the claim does not
+                # wait behind upkeep for a connection of its own.
+                await self.maintenance.step(self.maintenance.reap)
                 self._serving = True
                 logger.info("worker %s started: queues=%s concurrency=%d", self.name, ",".join(queues),
                             cfg.concurrency)
@@ -217,6 +222,13 @@ class Worker:
         finally:
             await self._final_flush(completer)
             logger.info("worker %s stopped: %s", self.name, self.stats)
+
+    async def _after_first_claim(self, service: Callable[[], Awaitable[None]]) -> None:
+        """Run ``service`` once the producer has looked for work. Retention and the registry row
+        at start would otherwise take the pool's one warm connection, and leave the first claim
+        to open a new one (a fresh backend, its caches cold: most of a worker's start-up)."""
+        await self.ready.wait()
+        await service()
 
     async def _work(self, producer: Producer, executor: Executor, completer: Completer, burst: bool) -> None:
         cfg = self.config

@@ -108,6 +108,27 @@ async def test_reaper_returns_expired_jobs_or_kills_spent_ones(q: aioqueue.Queue
     assert await q.reap() == 0
 
 
+async def test_a_worker_started_after_a_crash_reaps_before_its_first_claim(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    ran: list[int] = []
+
+    @q.task
+    async def work(n: int) -> None:
+        ran.append(n)
+
+    await work.enqueue_many([{"n": 1}, {"n": 2}])
+    # A worker died holding both: their leases ran out, nobody has reaped them yet.
+    await db.execute("UPDATE aioqueue.jobs SET status = 'running', attempts = 1, locked_by = 'ghost', "
+                     "lease_expires_at = now() - interval '1 second'")
+    worker = q.worker(reap_interval=3600)
+    stats = await worker.run_until_empty()
+    # Reaped first, so this burst's first claim found them: they ran here, not an hour later.
+    assert sorted(ran) == [1, 2] and stats.succeeded == 2
+    assert worker.maintenance is not None and worker.maintenance.reaped == 2
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+
+
 async def test_lost_lease_interrupts_the_handler(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
     cancelled = anyio.Event()
 
