@@ -57,6 +57,8 @@ class WorkerRegistry:
         """Statements written to refresh the row so far (one per interval)."""
         self.registered = anyio.Event()
         """Set once the row has been written."""
+        self.tried = anyio.Event()
+        """Set once the first write was attempted, whether or not it succeeded."""
 
     @property
     def expiry(self) -> float:
@@ -90,6 +92,7 @@ class WorkerRegistry:
                     if not failing:  # once per outage, not once a tick
                         logger.warning("worker registry refresh failed (%s: %s)", type(exc).__name__, exc)
                     failing = True
+                self.tried.set()
                 await anyio.sleep(self.interval)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):

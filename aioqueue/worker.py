@@ -187,7 +187,7 @@ class Worker:
                 services.start_soon(self.heartbeat.run)
                 services.start_soon(self._after_first_claim, functools.partial(self.maintenance.run, reaped=True))
                 self.registry = WorkerRegistry(db, self.name, queues=queues, concurrency=cfg.concurrency)
-                services.start_soon(self._after_first_claim, self.registry.run)
+                services.start_soon(self.registry.run)
                 if cfg.listen and not burst:
                     channels: dict[str, Callable[[str], None]] = {
                         db.channels.jobs: producer.wake,
@@ -207,9 +207,11 @@ class Worker:
                     self.health = Health(db, self._services_state, port=cfg.health_port, host=cfg.health_addr,
                                          unready_after=cfg.unready_after, name=self.name)
                     await services.start(self.health.run)
-                # Reap before the first claim, on the connection it will then use: a worker that
-                # starts after a crash claims the jobs whose leases ran out, and the claim does not
-                # wait behind upkeep for a connection of its own.
+                # Register, then reap, then claim, one after the other on the connection the claim
+                # then uses: the worker's row is there before its first job, a worker that starts
+                # after a crash claims the jobs whose leases ran out, and the claim neither waits
+                # behind upkeep for a connection of its own nor makes the pool open one more.
+                await self.registry.tried.wait()
                 await self.maintenance.step(self.maintenance.reap)
                 self._serving = True
                 logger.info("worker %s started: queues=%s concurrency=%d", self.name, ",".join(queues),
@@ -224,9 +226,9 @@ class Worker:
             logger.info("worker %s stopped: %s", self.name, self.stats)
 
     async def _after_first_claim(self, service: Callable[[], Awaitable[None]]) -> None:
-        """Run ``service`` once the producer has looked for work. Retention and the registry row
-        at start would otherwise take the pool's one warm connection, and leave the first claim
-        to open a new one (a fresh backend, its caches cold: most of a worker's start-up)."""
+        """Run ``service`` once the producer has looked for work. Retention at start would
+        otherwise take the pool's one warm connection, and leave the first claim to open a new
+        one (a fresh backend, its caches cold: most of a worker's start-up)."""
         await self.ready.wait()
         await service()
 
