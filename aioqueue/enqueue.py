@@ -46,8 +46,9 @@ def many_params(db: Database, task: JobSource, opts: EnqueueOptions, array: str)
     return (*_fields(task, opts), array, db.channels.jobs, db.channels.due)
 
 
-def _all(ids: list[int], expected: int) -> list[int]:
-    """``enqueue_many``'s ids, in the order of the input (the order the rows were inserted)."""
+def _all(rows: list[Any], expected: int) -> list[int]:
+    """``enqueue_many``'s ids (its one row holds them as one array), in the order of the input."""
+    ids: list[int] = rows[0] or []
     if len(ids) != expected:  # pragma: no cover - one row per array element, by construction
         raise RuntimeError(f"enqueue_many wrote {len(ids)} jobs for {expected} items")
     return ids

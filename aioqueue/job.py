@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import datetime
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -240,8 +241,7 @@ class JobRef(int):
     @staticmethod
     def many(ids: Iterable[int], queue: Queue) -> list[JobRef]:
         """One reference per id (a bulk enqueue's ids)."""
-        new, kind = int.__new__, queue.job_ref_type
-        return [new(kind, job_id) for job_id in ids]
+        return list(map(int.__new__, itertools.repeat(queue.job_ref_type), ids))
 
     async def result(self, timeout: float | None = None) -> Any:
         """Wait for the job's result (see :meth:`Queue.wait_result`)."""

@@ -63,7 +63,9 @@ FROM ins;
 -- $8 is one JSON array of the jobs' arguments: one parameter parsed once, which costs the
 -- server no more than an array of texts cast row by row, and lets the caller encode the batch
 -- as one string. The rows are inserted in array order (a lone function scan feeds the INSERT,
--- so the identity values follow the input), and come back in that order. No dedup key here
+-- so the identity values, drawn one by one from the sequence, rise with the input), and their
+-- ids come back as one bigint[] in that order: one value the driver decodes in one go, where
+-- a row per id costs the client more than the rest of the call. No dedup key here
 -- (a bulk call refuses one; add_jobs() takes them in SQL), so no ON CONFLICT arbiter either.
 WITH ins AS (
     INSERT INTO {schema}.jobs AS j (queue, task, args, priority, run_at, max_attempts, archive)
@@ -78,7 +80,7 @@ notified AS (
                 ELSE pg_notify($9, $1) END
     FROM (SELECT {run_at} AS run_at) AS c
 )
-SELECT ins.id FROM ins, (SELECT count(*) FROM notified) AS n;
+SELECT array_agg(ins.id ORDER BY ins.id) FROM ins, (SELECT count(*) FROM notified) AS n;
 
 -- fragment: run_at
 -- When a job enqueued with run_at $4 and delay $5 (seconds) becomes due. asyncpg sends

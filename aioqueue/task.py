@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import inspect
+import itertools
+import operator
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 
@@ -201,10 +203,19 @@ class Task(_Enqueues[P, R]):
         """Are these keyword arguments, every call's, already what :meth:`named_args` would
         return (the fast check of a bulk enqueue; False means: ask named_args job by job)?"""
         names = self._names
-        if names is None or not names.issuperset(set().union(*calls)):
+        seen = set().union(*calls)
+        if names is None or not names.issuperset(seen):
             return False
         required = self._required
-        return not required or all(required <= kwargs.keys() for kwargs in calls)
+        if not required:
+            return True
+        if not required <= seen:
+            return False
+        # Each call holds only names seen; one as long as the names seen holds them all (the
+        # usual batch: every call names the same arguments). Else ask name by name. Both in C.
+        return min(map(len, calls)) == len(seen) or all(
+            all(map(operator.contains, calls, itertools.repeat(name))) for name in required
+        )
 
     def named_args(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], headers: Mapping[str, str] | None = None
