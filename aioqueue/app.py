@@ -285,13 +285,15 @@ class Queue:
         run_at: datetime.datetime | None = None,
         priority: int | None = None,
         max_attempts: int | None = None,
+        keys: Iterable[str | None] | None = None,
     ) -> list[JobRef]:
         """Store one job of the task called ``name`` per JSON object of arguments, in one
-        statement; return their ids in order. See :meth:`enqueue_by_name`."""
+        statement; return their ids in order. ``keys``: one dedup key (or None) per item. See
+        :meth:`enqueue_by_name`."""
         enqueuer = self.by_name(name).options(
             conn=conn, queue=queue, delay=delay, run_at=run_at, priority=priority, max_attempts=max_attempts
         )
-        return await enqueuer.enqueue_many(items)
+        return await enqueuer.enqueue_many(items, keys=keys)
 
     # -- workers -----------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from .errors import ConfigurationError
 
@@ -39,6 +40,34 @@ def check_name(kind: str, value: object, limit: int = MAX_NAME_LENGTH) -> str:
     except UnicodeEncodeError:
         raise ConfigurationError(f"{kind} {value!r} is not valid UTF-8") from None
     return value
+
+
+def check_key(value: object) -> str:
+    """Return ``value`` if it is a usable dedup key, else raise."""
+    key = check_name("dedup key", value, MAX_KEY_LENGTH)
+    # A btree entry holds at most 2704 bytes; a character takes at most 4 in UTF-8.
+    if len(key) * 4 > MAX_KEY_BYTES and (size := len(key.encode("utf-8"))) > MAX_KEY_BYTES:
+        raise ConfigurationError(f"dedup key is {size} bytes in UTF-8; the limit is {MAX_KEY_BYTES}")
+    return key
+
+
+def check_keys(keys: object, count: int, call: str) -> list[str | None] | None:
+    """Return one checked dedup key (or None) per item of a bulk ``call`` of ``count`` items,
+    or None when no item has one; else raise, naming the item."""
+    if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
+        raise ConfigurationError(f"{call}: keys must be a list of one dedup key (or None) per item, got {keys!r}")
+    listed: list[Any] = list(keys)
+    if len(listed) != count:
+        raise ConfigurationError(
+            f"{call}: {len(listed)} keys for {count} item{'' if count == 1 else 's'}; give one key (or None) per item"
+        )
+    for i, key in enumerate(listed):
+        if key is not None:
+            try:
+                check_key(key)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"item {i} of {call}: {exc}") from None
+    return listed if listed.count(None) < count else None
 
 
 def check_int(kind: str, value: object, low: int, high: int) -> int:

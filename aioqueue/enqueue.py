@@ -9,6 +9,7 @@ parameters, built here once. It returns job ids, never a half-written batch.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .connections import SCHEMA_SQLSTATES, SYNC_WRITERS, AsyncpgWriter, Writer, sqlstate_of
@@ -40,18 +41,36 @@ def one_params(db: Database, task: JobSource, opts: EnqueueOptions, args: str) -
     return (*_fields(task, opts), args, opts.key, db.channels.jobs, db.channels.due)
 
 
-def many_params(db: Database, task: JobSource, opts: EnqueueOptions, array: str) -> tuple[Any, ...]:
-    """The ``enqueue_many`` statement's parameters for many jobs of one task, whose arguments
-    come as one JSON array (see ``payload.encode_args_array``)."""
-    return (*_fields(task, opts), array, db.channels.jobs, db.channels.due)
+@dataclasses.dataclass(frozen=True, slots=True)
+class Batch:
+    """A bulk call's jobs, checked and encoded: ``array`` holds the arguments of the jobs to
+    write as one JSON array; with dedup keys, ``keys`` has one per item of the call (or None)
+    and ``sent`` one per element of ``array`` (each key once: its first item)."""
 
+    array: str
+    count: int
+    keys: list[str | None] | None = None
+    sent: list[str | None] | None = None
 
-def _all(rows: list[Any], expected: int) -> list[int]:
-    """``enqueue_many``'s ids (its one row holds them as one array), in the order of the input."""
-    ids: list[int] = rows[0] or []
-    if len(ids) != expected:  # pragma: no cover - one row per array element, by construction
-        raise RuntimeError(f"enqueue_many wrote {len(ids)} jobs for {expected} items")
-    return ids
+    def statement(self, db: Database) -> str:
+        return db.queries.enqueue_many if self.sent is None else db.queries.enqueue_many_keyed
+
+    def params(self, db: Database, task: JobSource, opts: EnqueueOptions) -> tuple[Any, ...]:
+        """The statement's parameters: the task's fields, the array, the channels, the keys."""
+        params = (*_fields(task, opts), self.array, db.channels.jobs, db.channels.due)
+        return params if self.sent is None else (*params, self.sent)
+
+    def ids(self, rows: list[Any]) -> list[int]:
+        """The job ids in the order of the call's items, from the statement's one row: the ids
+        of the new jobs in order, then (with keys) the keys written and their jobs' ids."""
+        ids: list[int] = rows[0][0] or []
+        if self.keys is not None:
+            by_key = dict(zip(rows[0][1] or [], rows[0][2] or [], strict=True))
+            fresh = iter(ids)
+            ids = [next(fresh) if key is None else by_key[key] for key in self.keys]
+        if len(ids) != self.count:  # pragma: no cover - one row per array element, by construction
+            raise RuntimeError(f"enqueue_many wrote {len(ids)} jobs for {self.count} items")
+        return ids
 
 
 def _schema_error(db: Database, exc: Exception) -> SchemaNotReadyError | None:
@@ -63,20 +82,20 @@ def _schema_error(db: Database, exc: Exception) -> SchemaNotReadyError | None:
     return None
 
 
-async def _ids_of(db: Database, writer: Writer | Connection | None, sql: str, params: tuple[Any, ...]) -> list[int]:
-    """Run an enqueue statement; return the first column of its rows (the job ids)."""
+async def _rows_of(db: Database, writer: Writer | Connection | None, sql: str, params: tuple[Any, ...]) -> list[Any]:
+    """Run an enqueue statement on the caller's connection or a pooled one; return its rows."""
     if writer is None or not isinstance(writer, Writer):
         async with db.connection(writer) as c:
-            return [r[0] for r in await c.fetch(sql, *params)]
+            return await c.fetch(sql, *params)
     if isinstance(writer, AsyncpgWriter):
         async with db.connection(writer.check()) as c:
-            return [r[0] for r in await c.fetch(sql, *params)]
+            return await c.fetch(sql, *params)
     if isinstance(writer, SYNC_WRITERS):
         raise ConfigurationError(
             f"conn is a sync connection ({type(writer.conn).__name__}): use enqueue_sync()/enqueue_many_sync()"
         )
     try:
-        return [r[0] for r in await writer.rows(sql, params)]
+        return await writer.rows(sql, params)
     except Exception as exc:
         missing = _schema_error(db, exc)
         if missing is None:
@@ -84,8 +103,8 @@ async def _ids_of(db: Database, writer: Writer | Connection | None, sql: str, pa
         raise missing from exc
 
 
-def _ids_of_sync(db: Database, writer: Writer | None, sql: str, params: tuple[Any, ...]) -> list[int]:
-    """:func:`_ids_of` on a sync connection."""
+def _rows_of_sync(db: Database, writer: Writer | None, sql: str, params: tuple[Any, ...]) -> list[Any]:
+    """:func:`_rows_of` on a sync connection."""
     if not isinstance(writer, SYNC_WRITERS):
         what = "no conn" if writer is None else f"the async connection {type(writer.conn).__name__}"
         raise ConfigurationError(
@@ -93,7 +112,7 @@ def _ids_of_sync(db: Database, writer: Writer | None, sql: str, params: tuple[An
             f"connection), given with options(conn=...); got {what}: use `await enqueue()` instead"
         )
     try:
-        return [r[0] for r in writer.rows(sql, params)]
+        return writer.rows(sql, params)
     except Exception as exc:
         missing = _schema_error(db, exc)
         if missing is None:
@@ -105,26 +124,26 @@ async def insert_one(
     db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | Connection | None
 ) -> int:
     """Write one job and its NOTIFY; return its id (the live job's, when its dedup key is taken)."""
-    ids = await _ids_of(db, conn, db.queries.enqueue, one_params(db, task, opts, args))
-    return int(ids[0])
+    rows = await _rows_of(db, conn, db.queries.enqueue, one_params(db, task, opts, args))
+    return int(rows[0][0])
 
 
 async def insert_many(
-    db: Database, task: JobSource, opts: EnqueueOptions, array: str, count: int, conn: Writer | Connection | None
+    db: Database, task: JobSource, opts: EnqueueOptions, batch: Batch, conn: Writer | Connection | None
 ) -> list[int]:
-    """Write ``count`` jobs of one task, their arguments the JSON array ``array``, in one
-    statement and one NOTIFY; return their ids in the order given."""
-    return _all(await _ids_of(db, conn, db.queries.enqueue_many, many_params(db, task, opts, array)), count)
+    """Write a bulk call's jobs of one task in one statement and one NOTIFY; return their ids
+    in the order of the call's items."""
+    return batch.ids(await _rows_of(db, conn, batch.statement(db), batch.params(db, task, opts)))
 
 
 def insert_one_sync(db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | None) -> int:
     """:func:`insert_one` on a sync connection (psycopg or Django), with no event loop."""
-    ids = _ids_of_sync(db, conn, db.queries.enqueue, one_params(db, task, opts, args))
-    return int(ids[0])
+    rows = _rows_of_sync(db, conn, db.queries.enqueue, one_params(db, task, opts, args))
+    return int(rows[0][0])
 
 
 def insert_many_sync(
-    db: Database, task: JobSource, opts: EnqueueOptions, array: str, count: int, conn: Writer | None
+    db: Database, task: JobSource, opts: EnqueueOptions, batch: Batch, conn: Writer | None
 ) -> list[int]:
     """:func:`insert_many` on a sync connection (psycopg or Django), with no event loop."""
-    return _all(_ids_of_sync(db, conn, db.queries.enqueue_many, many_params(db, task, opts, array)), count)
+    return batch.ids(_rows_of_sync(db, conn, batch.statement(db), batch.params(db, task, opts)))

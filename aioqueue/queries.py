@@ -44,6 +44,7 @@ class Queries:
     ping: str
     enqueue: str
     enqueue_many: str
+    enqueue_many_keyed: str
     claim: str
     claim_unlimited: str
     next_wakeup: str

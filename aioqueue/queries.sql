@@ -65,22 +65,46 @@ FROM ins;
 -- as one string. The rows are inserted in array order (a lone function scan feeds the INSERT,
 -- so the identity values, drawn one by one from the sequence, rise with the input), and their
 -- ids come back as one bigint[] in that order: one value the driver decodes in one go, where
--- a row per id costs the client more than the rest of the call. No dedup key here
--- (a bulk call refuses one; add_jobs() takes them in SQL), so no ON CONFLICT arbiter either.
+-- a row per id costs the client more than the rest of the call. No dedup key here (see
+-- enqueue_many_keyed), so no ON CONFLICT arbiter either: with one, every row would take the
+-- speculative insertion path.
 WITH ins AS (
     INSERT INTO {schema}.jobs AS j (queue, task, args, priority, run_at, max_attempts, archive)
     SELECT $1, $2, t.args, $3, (SELECT {run_at}), $6, $7
     FROM jsonb_array_elements($8::jsonb) AS t(args)
     RETURNING j.id
 ),
+{notified_batch}
+SELECT array_agg(ins.id ORDER BY ins.id) FROM ins, (SELECT count(*) FROM notified) AS n;
+
+-- name: enqueue_many_keyed
+-- enqueue_many for a batch in which some jobs have a dedup key ($11: one key or NULL per
+-- element of $8, no key twice: the caller sends only the first job of a key). A key that names
+-- a live job returns that job, as in enqueue. The ids of the jobs without a key come back in
+-- input order (they are new rows, inserted in order); those with a key, beside their keys.
+WITH ins AS (
+    INSERT INTO {schema}.jobs AS j (queue, task, args, priority, run_at, max_attempts, archive, dedup_key)
+    SELECT $1, $2, t.args, $3, (SELECT {run_at}), $6, $7, t.key
+    FROM ROWS FROM (jsonb_array_elements($8::jsonb), unnest($11::text[])) AS t(args, key)
+    ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
+    DO UPDATE SET dedup_key = EXCLUDED.dedup_key
+    RETURNING j.id, j.dedup_key
+),
+{notified_batch}
+SELECT array_agg(ins.id ORDER BY ins.id) FILTER (WHERE ins.dedup_key IS NULL),
+       array_agg(ins.dedup_key) FILTER (WHERE ins.dedup_key IS NOT NULL),
+       array_agg(ins.id) FILTER (WHERE ins.dedup_key IS NOT NULL)
+FROM ins, (SELECT count(*) FROM notified) AS n;
+
+-- fragment: notified_batch
+-- A batch's one NOTIFY, as enqueue sends it: on the jobs channel ($9) or, for delayed jobs,
+-- the due one ($10).
 notified AS (
-    -- As in enqueue: one NOTIFY, on the jobs channel ($9) or, for delayed jobs, the due one ($10).
     SELECT CASE WHEN c.run_at > now()
                 THEN pg_notify($10, extract(epoch FROM c.run_at - now())::text || ' ' || $1)
                 ELSE pg_notify($9, $1) END
     FROM (SELECT {run_at} AS run_at) AS c
 )
-SELECT array_agg(ins.id ORDER BY ins.id) FROM ins, (SELECT count(*) FROM notified) AS n;
 
 -- fragment: run_at
 -- When a job enqueued with run_at $4 and delay $5 (seconds) becomes due. asyncpg sends

@@ -25,11 +25,14 @@ from .checks import (
     MAX_KEY_LENGTH,
     MAX_NAME_LENGTH,
     check_int,
+    check_key,
+    check_keys,
     check_name,
     check_run_at,
     check_seconds,
 )
 from .connections import CallerConnection, Writer, writer_for
+from .enqueue import Batch
 from .errors import ConfigurationError, JobArgumentsError
 from .hooks import entered
 from .job import HEADERS_KEY, JobRef
@@ -171,10 +174,15 @@ class Task(_Enqueues[P, R]):
         return await Enqueuer(self, self.defaults, None).enqueue(*args, **kwargs)
 
     async def enqueue_many(
-        self, items: Iterable[Mapping[str, Any]], *, conn: CallerConnection | None = None
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        keys: Iterable[str | None] | None = None,
+        conn: CallerConnection | None = None,
     ) -> list[JobRef]:
-        """Store one job per mapping of keyword arguments, in one statement; return their ids."""
-        return await Enqueuer(self, self.defaults, _writer(self.name, conn)).enqueue_many(items)
+        """Store one job per mapping of keyword arguments, in one statement; return their ids.
+        ``keys``: one dedup key (or None) per item (see :meth:`Enqueuer.enqueue_many`)."""
+        return await Enqueuer(self, self.defaults, _writer(self.name, conn)).enqueue_many(items, keys=keys)
 
     def _fits(self, kwargs: Mapping[str, Any]) -> bool:
         """Whether a keyword-only call with these arguments binds to the signature as they are:
@@ -324,11 +332,7 @@ def checked_options(
     if priority is not None:
         changes["priority"] = check_int("priority", priority, -_INT32, _INT32)
     if key is not None:
-        changes["key"] = check_name("dedup key", key, MAX_KEY_LENGTH)
-        if len(key.encode("utf-8")) > MAX_KEY_BYTES:  # a btree entry holds at most 2704 bytes
-            raise ConfigurationError(
-                f"dedup key is {len(key.encode('utf-8'))} bytes in UTF-8; the limit is {MAX_KEY_BYTES}"
-            )
+        changes["key"] = check_key(key)
     if queue is not None:
         changes["queue"] = check_name("queue name", queue)
     if max_attempts is not None:
@@ -360,19 +364,24 @@ class Enqueuer(Generic[P, R]):
             text = encode_call(self.task, args, kwargs, headers)
             return JobRef(await enqueue.insert_one(app.database, self.task, self.opts, text, self.conn), app)
 
-    async def enqueue_many(self, items: Iterable[Mapping[str, Any]]) -> list[JobRef]:
-        """Store one job per mapping of keyword arguments in one statement; return their ids.
+    async def enqueue_many(
+        self, items: Iterable[Mapping[str, Any]], *, keys: Iterable[str | None] | None = None
+    ) -> list[JobRef]:
+        """Store one job per mapping of keyword arguments in one statement; return their ids,
+        in the order given.
 
-        Every job gets these options; a dedup key cannot be shared by many jobs, so ``key``
-        is refused here.
+        Every job gets these options; one dedup key cannot name many jobs, so ``key`` is
+        refused here. ``keys`` gives one key (or None) per item instead: an item whose key
+        names a live job, or an earlier item of the batch, gets that job's id, and is not
+        written.
         """
         calls = list(items)
         app = self.task.app
         with entered(app.enqueue_hooks, self.task, len(calls)) as headers:
-            if not calls:
+            batch = self._batch(calls, keys, headers)
+            if batch is None:
                 return []
-            array = self._encode_many(calls, headers)
-            ids = await enqueue.insert_many(app.database, self.task, self.opts, array, len(calls), self.conn)
+            ids = await enqueue.insert_many(app.database, self.task, self.opts, batch, self.conn)
         return JobRef.many(ids, app)
 
     def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> int:
@@ -381,27 +390,58 @@ class Enqueuer(Generic[P, R]):
         text = encode_call(self.task, args, kwargs)
         return enqueue.insert_one_sync(self.task.app.database, self.task, self.opts, text, self.conn)
 
-    def enqueue_many_sync(self, items: Iterable[Mapping[str, Any]]) -> list[int]:
+    def enqueue_many_sync(
+        self, items: Iterable[Mapping[str, Any]], *, keys: Iterable[str | None] | None = None
+    ) -> list[int]:
         """Store one job per mapping of keyword arguments through the sync connection given as
-        ``conn``, in one statement; return their ids. Starts no event loop."""
-        calls = list(items)
-        if not calls:
+        ``conn``, in one statement; return their ids (``keys`` as in :meth:`enqueue_many`).
+        Starts no event loop."""
+        batch = self._batch(list(items), keys)
+        if batch is None:
             return []
-        array = self._encode_many(calls)
-        return enqueue.insert_many_sync(self.task.app.database, self.task, self.opts, array, len(calls), self.conn)
+        return enqueue.insert_many_sync(self.task.app.database, self.task, self.opts, batch, self.conn)
 
-    def _encode_many(self, items: Iterable[Mapping[str, Any]], headers: Mapping[str, str] | None = None) -> str:
-        """The jobs' arguments as one JSON array; refuses the batch naming the first bad item."""
+    def _batch(
+        self,
+        calls: list[Mapping[str, Any]],
+        keys: Iterable[str | None] | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Batch | None:
+        """Check a bulk call (the options, every item's arguments and key) and encode what it
+        writes; None for no items. Refuses the batch naming the first bad item."""
         if self.opts.key is not None:
             raise ConfigurationError(
-                f"task {self.task.name!r}: enqueue_many cannot give one dedup key to many jobs"
+                f"task {self.task.name!r}: enqueue_many cannot give one dedup key to many jobs; "
+                "give one per item with keys="
             )
-        calls = items if isinstance(items, list) else list(items)
-        app = self.task.app
+        try:
+            per_item = None if keys is None else check_keys(keys, len(calls), "enqueue_many")
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"task {self.task.name!r}: {exc}") from None
+        if not calls:
+            return None
+        named = self._named(calls, headers)
+        array = self._encode(named)
+        if per_item is None:
+            return Batch(array, len(calls))
+        # Only the first item of each key is written; the rest get its id.
+        seen: set[str] = set()
+        sent = []
+        for i, key in enumerate(per_item):
+            if key is None or key not in seen:
+                sent.append(i)
+                if key is not None:
+                    seen.add(key)
+        if len(sent) < len(calls):
+            array = self._encode([named[i] for i in sent])
+        return Batch(array, len(calls), per_item, [per_item[i] for i in sent])
+
+    def _named(self, calls: list[Mapping[str, Any]], headers: Mapping[str, str] | None) -> list[dict[str, Any]]:
+        """Every item's arguments by name, checked against the signature (the items themselves
+        when they already are); refuses the batch naming the first bad item."""
         plain = cast(list[dict[str, Any]], calls)
         if not headers and set(map(type, calls)) == {dict} and self.task.all_fit_as_is(plain):
-            # Plain dicts that already fit: encoded before this call returns, so not copied.
-            return payload.encode_args_array(self.task.name, plain, app.max_payload_bytes, "enqueue_many")
+            return plain  # plain dicts that already fit: encoded before this call returns, so not copied
         named = []
         for i, item in enumerate(calls):
             if not isinstance(item, Mapping):
@@ -413,4 +453,8 @@ class Enqueuer(Generic[P, R]):
                 named.append(self.task.named_args((), item, headers))
             except JobArgumentsError as exc:
                 raise type(exc)(f"item {i} of enqueue_many: {exc}") from None
-        return payload.encode_args_array(self.task.name, named, app.max_payload_bytes, "enqueue_many")
+        return named
+
+    def _encode(self, named: list[dict[str, Any]]) -> str:
+        """The jobs' arguments as one JSON array (see ``payload.encode_args_array``)."""
+        return payload.encode_args_array(self.task.name, named, self.task.app.max_payload_bytes, "enqueue_many")

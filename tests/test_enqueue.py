@@ -14,6 +14,8 @@ import pytest
 
 import aioqueue
 
+from .helpers import eventually
+
 
 def _register(q: aioqueue.Queue) -> aioqueue.Task[..., None]:
     @q.task(queue="email")
@@ -161,6 +163,86 @@ async def test_dedup_key_returns_the_live_job(q: aioqueue.Queue, db: asyncpg.Con
     with pytest.raises(aioqueue.ConfigurationError, match="enqueue_many cannot give one dedup key to many jobs"):
         await send_email.options(key="order-3").enqueue_many([{"order_id": 3}, {"order_id": 4}])
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 2
+
+
+async def test_enqueue_many_takes_a_dedup_key_per_item(q: aioqueue.Queue, dsn: str, db: asyncpg.Connection) -> None:
+    send_email = _register(q)
+    live = await send_email.options(key="k-live").enqueue(order_id=0)
+    gone = await send_email.options(key="k-dead").enqueue(order_id=0)
+    await db.execute("UPDATE aioqueue.jobs SET status = 'dead' WHERE id = $1", gone)  # a dead job's key is free
+    listener, received, marker = await _listen(dsn, q.channel)
+    try:
+        ids = await send_email.enqueue_many(
+            [{"order_id": n} for n in range(1, 8)],
+            keys=[None, "k-live", "k-new", "k-new", None, "k-dead", "k-new"],
+        )
+        await db.execute("SELECT pg_notify($1, 'marker')", q.channel)
+        with anyio.fail_after(10):
+            await marker.wait()
+    finally:
+        await listener.close()
+    assert received == ["email", "marker"]  # one NOTIFY for the batch
+    assert ids[1] == live  # the live job's id, and that job is untouched
+    assert ids[2] == ids[3] == ids[6]  # the batch's first item of a key is written, the others get its id
+    assert len({ids[0], ids[2], ids[4], ids[5], live, gone}) == 6
+    assert ids[0] < ids[4]  # new jobs without a key come in the order given
+    rows = await db.fetch("SELECT id, args->>'order_id' AS n, dedup_key FROM aioqueue.jobs ORDER BY id")
+    assert {(r["id"], r["n"], r["dedup_key"]) for r in rows} == {
+        (live, "0", "k-live"),
+        (gone, "0", "k-dead"),
+        (ids[0], "1", None),
+        (ids[2], "3", "k-new"),
+        (ids[4], "5", None),
+        (ids[5], "6", "k-dead"),
+    }
+    assert all(isinstance(i, aioqueue.JobRef) for i in ids)
+    # A key is a key across concurrent batches too: the second waits for the first to commit.
+    other = await asyncpg.connect(dsn)
+    second: list[int] = []
+
+    async def enqueue_second() -> None:
+        async with other.transaction():
+            second.extend(await send_email.enqueue_many([{"order_id": 10}] * 2, keys=["b", "c"], conn=other))
+
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                async with db.transaction():
+                    first = await send_email.enqueue_many([{"order_id": 8}, {"order_id": 9}], keys=["a", "b"], conn=db)
+                    tg.start_soon(enqueue_second)
+                    pid = other.get_server_pid()
+
+                    async def second_waits() -> bool:
+                        sql = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1"
+                        return bool(await db.fetchval(sql, pid))
+
+                    await eventually(second_waits, what="the second batch to wait on the first's key")
+                assert not second  # it waited for the first batch to commit
+    finally:
+        await other.close()
+    assert second[0] == first[1] and second[1] not in first
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE dedup_key IN ('a', 'b', 'c')") == 3
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        (["a"], "task 'send_email': enqueue_many: 1 keys for 2 items; give one key"),
+        ("ab", "keys must be a list of one dedup key"),
+        (["a", ""], "item 1 of enqueue_many: dedup key must be a non-empty str"),
+        ([7, "a"], "item 0 of enqueue_many: dedup key must be a non-empty str, got 7"),
+        (["a", "€" * 700], "item 1 of enqueue_many: dedup key is 2100 bytes in UTF-8; the limit is 2000"),
+        (["a", "x" * 1001], "item 1 of enqueue_many: dedup key is 1001 characters long"),
+    ],
+)
+async def test_bad_keys_in_bulk_are_refused_naming_the_item(
+    q: aioqueue.Queue, db: asyncpg.Connection, keys: Any, message: str
+) -> None:
+    send_email = _register(q)
+    with pytest.raises(aioqueue.ConfigurationError) as info:
+        await send_email.enqueue_many([{"order_id": 1}, {"order_id": 2}], keys=keys)
+    assert message in str(info.value)
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
 
 
 class _NotJson:

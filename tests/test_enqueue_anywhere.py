@@ -555,6 +555,15 @@ async def test_every_path_shares_the_dedup_key_and_the_defaults(
         assert charge.options(conn=conn, key="inv-1").enqueue_sync(amount=4) == first
     assert await q.enqueue_by_name("billing.charge", {"amount": 5}, key="inv-1") == first
     assert await db.fetchval("SELECT aioqueue.add_job('billing.charge', dedup_key => 'inv-1')") == first
+    # In bulk, a key per item, on every path.
+    assert await charge.enqueue_many([{"amount": 6}, {"amount": 7}], keys=["inv-1", "inv-1"]) == [first] * 2
+    async with AsyncSession(engine) as session, session.begin():
+        assert await charge.enqueue_many([{"amount": 8}], keys=["inv-1"], conn=session) == [first]
+    async with await psycopg.AsyncConnection.connect(dsn) as aconn, aconn.transaction():
+        assert await charge.enqueue_many([{"amount": 9}], keys=["inv-1"], conn=aconn) == [first]
+    with psycopg.connect(dsn) as conn:
+        assert charge.options(conn=conn).enqueue_many_sync([{"amount": 10}], keys=["inv-1"]) == [first]
+    assert await q.enqueue_many_by_name("billing.charge", [{"amount": 11}], keys=["inv-1"]) == [first]
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 1
     # Defaults: an unregistered name, the SQL function and a bare @q.task agree.
     async with aioqueue.Queue(dsn) as producer:

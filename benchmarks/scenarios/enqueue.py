@@ -1,8 +1,8 @@
 """The enqueue scenario: jobs per second put in the queue one per call from one caller and
-from several concurrent callers, and in one bulk ``enqueue_many`` call; then through each way
-in (a caller's asyncpg, SQLAlchemy, psycopg or Django connection, by name, SQL: see
-``enqueue_paths``), one per call and in bulk; and the same through the other queues asked for
-with ``--compare``."""
+from several concurrent callers, and in one bulk ``enqueue_many`` call (without and with a
+dedup key per job); then through each way in (a caller's asyncpg, SQLAlchemy, psycopg or
+Django connection, by name, SQL: see ``enqueue_paths``), one per call and in bulk; and the
+same through the other queues asked for with ``--compare``."""
 
 from __future__ import annotations
 
@@ -45,6 +45,10 @@ def plan(run: Run) -> None:
         seconds = await reference.reference_bulk_insert(dsn, sizes.enqueue_bulk)
         run.results.add_rate("enqueue", reference.SYSTEM, bulk, sizes.enqueue_bulk, seconds)
 
+    async def keyed_call(dsn: str) -> None:
+        seconds = await aioqueue_enqueue_bulk(dsn, sizes.enqueue_bulk, keyed=True)
+        run.results.add_rate("enqueue", "aioqueue", f"{bulk}, a dedup key each", sizes.enqueue_bulk, seconds)
+
     run.step("enqueue: aioqueue bulk", one_call)
     # Right after aioqueue's own bulk call, so the ratio of the two sees the same machine.
     run.step("enqueue: reference lane bulk", reference_call)
@@ -55,6 +59,7 @@ def plan(run: Run) -> None:
 
     # What the server's INSERT of these rows costs by itself: the ceiling for any client.
     run.step("enqueue: reference lane bulk, statement alone", floor_call)
+    run.step("enqueue: aioqueue bulk, a dedup key each", keyed_call)
     for path, measure in PATHS.items():
         for bulk_call, n in ((False, sizes.enqueue_single), (True, sizes.enqueue_bulk)):
             metric = f"{path}, " + (f"bulk, {n} per call" if bulk_call else "one per call, a transaction each")
@@ -106,15 +111,17 @@ async def aioqueue_enqueue_single(dsn: str, n: int, callers: int) -> float:
         return seconds
 
 
-async def aioqueue_enqueue_bulk(dsn: str, n: int) -> float:
-    """Seconds for one ``enqueue_many`` call of ``n`` jobs (one statement, one NOTIFY)."""
+async def aioqueue_enqueue_bulk(dsn: str, n: int, *, keyed: bool = False) -> float:
+    """Seconds for one ``enqueue_many`` call of ``n`` jobs (one statement, one NOTIFY);
+    ``keyed``: each job with a dedup key of its own."""
     await migrated(dsn)
     queue, task = make_queue(dsn)
     async with queue:
-        await task.enqueue_many([{"i": -1}])  # prepare the statement outside the clock
+        await task.enqueue_many([{"i": -1}], keys=["warm-up"] if keyed else None)  # prepare outside the clock
         items = [{"i": i} for i in range(n)]
+        keys = [f"order-{i}" for i in range(n)] if keyed else None
         start = time.perf_counter()
-        ids = await task.enqueue_many(items)
+        ids = await task.enqueue_many(items, keys=keys)
         elapsed = time.perf_counter() - start
     if len(ids) != n:
         raise RuntimeError(f"enqueue_many returned {len(ids)} ids for {n} jobs")
