@@ -427,6 +427,31 @@ async def test_add_jobs_writes_a_batch_in_input_order_with_one_notify_per_queue_
     assert queue == "q1" and 55 < float(seconds) <= 60
 
 
+async def test_add_jobs_with_dedup_keys_writes_one_job_per_key_and_returns_ids_in_order(
+    q: aioqueue.Queue, db: asyncpg.Connection, listener: Listener
+) -> None:
+    live = await db.fetchval("SELECT aioqueue.add_job('a', dedup_key => 'live')")
+    batch: list[dict[str, Any]] = []
+    for i in range(300):
+        job: dict[str, Any] = {"task": "a", "args": {"i": i}, "queue": f"q{i % 3}"}
+        if i % 5 == 0:
+            job["dedup_key"] = f"k{i % 20}"  # k0, k5, k10, k15: each four times over the batch
+        batch.append(job)
+    batch.append({"task": "b", "dedup_key": "live"})
+    ids = [r[0] for r in await db.fetch("SELECT * FROM aioqueue.add_jobs($1::jsonb)", json.dumps(batch))]
+    assert len(ids) == len(batch) and ids[-1] == live
+    first_of = {job["dedup_key"]: i for i, job in reversed(list(enumerate(batch))) if "dedup_key" in job}
+    assert all(ids[i] == ids[first_of[job["dedup_key"]]] for i, job in enumerate(batch) if "dedup_key" in job)
+    plain = [ids[i] for i, job in enumerate(batch) if "dedup_key" not in job]
+    assert plain == sorted(plain) and len(set(plain)) == 240  # new jobs, in the order given
+    rows = {r["id"]: r for r in await db.fetch("SELECT id, args, dedup_key FROM aioqueue.jobs")}
+    assert len(rows) == 1 + 240 + 4  # the live job, the jobs without a key, one job per new key
+    assert [json.loads(rows[ids[i]]["args"])["i"] for i in (0, 1, 5, 25, 299)] == [0, 1, 5, 5, 299]
+    got = await listener.settled()
+    assert got[0] == "default"  # add_job()'s, before the batch
+    assert sorted(p for p in got[1:] if p != "default") == ["q0", "q1", "q2"]  # one wake-up per queue
+
+
 async def test_add_jobs_names_the_first_refused_job_and_writes_none(db: asyncpg.Connection) -> None:
     cases = {
         # The first refused job in the order given is the one named, whatever comes after it.
