@@ -41,31 +41,44 @@ def one_params(db: Database, task: JobSource, opts: EnqueueOptions, args: str) -
     return (*_fields(task, opts), args, opts.key, db.channels.jobs, db.channels.due)
 
 
+#: Jobs per statement in a bulk call. A batch goes as statements of at most this many jobs,
+#: pipelined in one implicit transaction on asyncpg (one after the other, in the caller's
+#: transaction, on the other drivers): the server parses and holds a fifth of a 20,000-job
+#: argument array at a time (a new backend touches that much less fresh memory), and starts
+#: inserting while the rest is still on its way. 20,000 jobs in fresh databases: 83 ms against
+#: 89 ms as one statement (median of 7).
+CHUNK = 5000
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Batch:
-    """A bulk call's jobs, checked and encoded: ``array`` holds the arguments of the jobs to
-    write as one JSON array; with dedup keys, ``keys`` has one per item of the call (or None)
-    and ``sent`` one per element of ``array`` (each key once: its first item)."""
+    """A bulk call's jobs, checked and encoded: ``arrays`` hold the arguments of the jobs to
+    write, one JSON array per statement; with dedup keys, ``keys`` has one per item of the call
+    (or None) and ``sent`` one list per statement, a key per element of its array (each key
+    once: its first item)."""
 
-    array: str
+    arrays: list[str]
     count: int
     keys: list[str | None] | None = None
-    sent: list[str | None] | None = None
+    sent: list[list[str | None]] | None = None
 
     def statement(self, db: Database) -> str:
         return db.queries.enqueue_many if self.sent is None else db.queries.enqueue_many_keyed
 
-    def params(self, db: Database, task: JobSource, opts: EnqueueOptions) -> tuple[Any, ...]:
-        """The statement's parameters: the task's fields, the array, the channels, the keys."""
-        params = (*_fields(task, opts), self.array, db.channels.jobs, db.channels.due)
-        return params if self.sent is None else (*params, self.sent)
+    def params(self, db: Database, task: JobSource, opts: EnqueueOptions) -> list[tuple[Any, ...]]:
+        """Each statement's parameters: the task's fields, its array, the channels, its keys.
+        Every statement sends the same NOTIFY, which PostgreSQL delivers once per transaction."""
+        head, channels = _fields(task, opts), (db.channels.jobs, db.channels.due)
+        if self.sent is None:
+            return [(*head, array, *channels) for array in self.arrays]
+        return [(*head, array, *channels, keys) for array, keys in zip(self.arrays, self.sent, strict=True)]
 
     def ids(self, rows: list[Any]) -> list[int]:
-        """The job ids in the order of the call's items, from the statement's one row: the ids
-        of the new jobs in order, then (with keys) the keys written and their jobs' ids."""
-        ids: list[int] = rows[0][0] or []
+        """The job ids in the order of the call's items, from the statements' rows (one each):
+        the ids of the new jobs in order, then (with keys) the keys written and their jobs' ids."""
+        ids: list[int] = [job_id for row in rows for job_id in row[0] or ()]
         if self.keys is not None:
-            by_key = dict(zip(rows[0][1] or [], rows[0][2] or [], strict=True))
+            by_key = {key: job_id for row in rows for key, job_id in zip(row[1] or (), row[2] or (), strict=True)}
             fresh = iter(ids)
             ids = [next(fresh) if key is None else by_key[key] for key in self.keys]
         if len(ids) != self.count:  # pragma: no cover - one row per array element, by construction
@@ -82,20 +95,25 @@ def _schema_error(db: Database, exc: Exception) -> SchemaNotReadyError | None:
     return None
 
 
-async def _rows_of(db: Database, writer: Writer | Connection | None, sql: str, params: tuple[Any, ...]) -> list[Any]:
-    """Run an enqueue statement on the caller's connection or a pooled one; return its rows."""
+async def _rows_of(
+    db: Database, writer: Writer | Connection | None, sql: str, statements: list[tuple[Any, ...]]
+) -> list[Any]:
+    """Run an enqueue statement once per parameter tuple, on the caller's connection or a pooled
+    one, all or none; return the rows of all. On asyncpg the runs are pipelined (one implicit
+    transaction when no transaction is open); elsewhere they follow one another in the caller's
+    transaction."""
     if writer is None or not isinstance(writer, Writer):
         async with db.connection(writer) as c:
-            return await c.fetch(sql, *params)
+            return await _fetch_all(c, sql, statements)
     if isinstance(writer, AsyncpgWriter):
         async with db.connection(writer.check()) as c:
-            return await c.fetch(sql, *params)
+            return await _fetch_all(c, sql, statements)
     if isinstance(writer, SYNC_WRITERS):
         raise ConfigurationError(
             f"conn is a sync connection ({type(writer.conn).__name__}): use enqueue_sync()/enqueue_many_sync()"
         )
     try:
-        return await writer.rows(sql, params)
+        return [row for params in statements for row in await writer.rows(sql, params)]
     except Exception as exc:
         missing = _schema_error(db, exc)
         if missing is None:
@@ -103,7 +121,13 @@ async def _rows_of(db: Database, writer: Writer | Connection | None, sql: str, p
         raise missing from exc
 
 
-def _rows_of_sync(db: Database, writer: Writer | None, sql: str, params: tuple[Any, ...]) -> list[Any]:
+async def _fetch_all(conn: Connection, sql: str, statements: list[tuple[Any, ...]]) -> list[Any]:
+    if len(statements) == 1:
+        return await conn.fetch(sql, *statements[0])
+    return await conn.fetchmany(sql, statements)
+
+
+def _rows_of_sync(db: Database, writer: Writer | None, sql: str, statements: list[tuple[Any, ...]]) -> list[Any]:
     """:func:`_rows_of` on a sync connection."""
     if not isinstance(writer, SYNC_WRITERS):
         what = "no conn" if writer is None else f"the async connection {type(writer.conn).__name__}"
@@ -112,7 +136,7 @@ def _rows_of_sync(db: Database, writer: Writer | None, sql: str, params: tuple[A
             f"connection), given with options(conn=...); got {what}: use `await enqueue()` instead"
         )
     try:
-        return writer.rows(sql, params)
+        return [row for params in statements for row in writer.rows(sql, params)]
     except Exception as exc:
         missing = _schema_error(db, exc)
         if missing is None:
@@ -124,21 +148,21 @@ async def insert_one(
     db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | Connection | None
 ) -> int:
     """Write one job and its NOTIFY; return its id (the live job's, when its dedup key is taken)."""
-    rows = await _rows_of(db, conn, db.queries.enqueue, one_params(db, task, opts, args))
+    rows = await _rows_of(db, conn, db.queries.enqueue, [one_params(db, task, opts, args)])
     return int(rows[0][0])
 
 
 async def insert_many(
     db: Database, task: JobSource, opts: EnqueueOptions, batch: Batch, conn: Writer | Connection | None
 ) -> list[int]:
-    """Write a bulk call's jobs of one task in one statement and one NOTIFY; return their ids
-    in the order of the call's items."""
+    """Write a bulk call's jobs of one task, all or none, with one NOTIFY (see :data:`CHUNK`);
+    return their ids in the order of the call's items."""
     return batch.ids(await _rows_of(db, conn, batch.statement(db), batch.params(db, task, opts)))
 
 
 def insert_one_sync(db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | None) -> int:
     """:func:`insert_one` on a sync connection (psycopg or Django), with no event loop."""
-    rows = _rows_of_sync(db, conn, db.queries.enqueue, one_params(db, task, opts, args))
+    rows = _rows_of_sync(db, conn, db.queries.enqueue, [one_params(db, task, opts, args)])
     return int(rows[0][0])
 
 

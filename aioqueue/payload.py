@@ -189,9 +189,10 @@ def encode_args(task: str, args: dict[str, Any], max_bytes: int) -> str:
     return text
 
 
-def encode_args_array(task: str, calls: list[dict[str, Any]], max_bytes: int, call: str) -> str:
+def encode_args_array(task: str, calls: list[dict[str, Any]], max_bytes: int, call: str, first: int = 0) -> str:
     """Return many jobs' arguments as one JSON array (each element as :func:`encode_args` would
-    write it), or raise naming the first offending item of ``call`` and its argument.
+    write it), or raise naming the first offending item of ``call`` (``calls[0]`` being its item
+    ``first``) and its argument.
 
     The batch is encoded in one call, which costs a fifth of encoding it job by job; the checks
     :func:`encode_args` makes on each job's text are made on the whole array where that proves
@@ -215,7 +216,7 @@ def encode_args_array(task: str, calls: list[dict[str, Any]], max_bytes: int, ca
         try:
             texts.append(encode_args(task, args, max_bytes))
         except JobArgumentsError as exc:
-            raise type(exc)(f"item {i} of {call}: {exc}") from None
+            raise type(exc)(f"item {first + i} of {call}: {exc}") from None
     return "[" + ",".join(texts) + "]"
 
 

@@ -32,7 +32,7 @@ from .checks import (
     check_seconds,
 )
 from .connections import CallerConnection, Writer, writer_for
-from .enqueue import Batch
+from .enqueue import CHUNK, Batch
 from .errors import ConfigurationError, JobArgumentsError
 from .hooks import entered
 from .job import HEADERS_KEY, JobRef
@@ -421,9 +421,9 @@ class Enqueuer(Generic[P, R]):
         if not calls:
             return None
         named = self._named(calls, headers)
-        array = self._encode(named)
+        arrays = self._encode(named)
         if per_item is None:
-            return Batch(array, len(calls))
+            return Batch(arrays, len(calls))
         # Only the first item of each key is written; the rest get its id.
         seen: set[str] = set()
         sent = []
@@ -433,8 +433,9 @@ class Enqueuer(Generic[P, R]):
                 if key is not None:
                     seen.add(key)
         if len(sent) < len(calls):
-            array = self._encode([named[i] for i in sent])
-        return Batch(array, len(calls), per_item, [per_item[i] for i in sent])
+            arrays = self._encode([named[i] for i in sent])
+        keys = [per_item[i] for i in sent]
+        return Batch(arrays, len(calls), per_item, [keys[at : at + CHUNK] for at in range(0, len(keys), CHUNK)])
 
     def _named(self, calls: list[Mapping[str, Any]], headers: Mapping[str, str] | None) -> list[dict[str, Any]]:
         """Every item's arguments by name, checked against the signature (the items themselves
@@ -455,6 +456,11 @@ class Enqueuer(Generic[P, R]):
                 raise type(exc)(f"item {i} of enqueue_many: {exc}") from None
         return named
 
-    def _encode(self, named: list[dict[str, Any]]) -> str:
-        """The jobs' arguments as one JSON array (see ``payload.encode_args_array``)."""
-        return payload.encode_args_array(self.task.name, named, self.task.app.max_payload_bytes, "enqueue_many")
+    def _encode(self, named: list[dict[str, Any]]) -> list[str]:
+        """The jobs' arguments as JSON arrays of at most ``CHUNK`` jobs each (see
+        ``payload.encode_args_array``): one per statement."""
+        name, limit = self.task.name, self.task.app.max_payload_bytes
+        return [
+            payload.encode_args_array(name, named[at : at + CHUNK], limit, "enqueue_many", first=at)
+            for at in range(0, len(named), CHUNK)
+        ]

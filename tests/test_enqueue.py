@@ -245,6 +245,62 @@ async def test_bad_keys_in_bulk_are_refused_naming_the_item(
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
 
 
+async def test_a_batch_over_one_statement_is_written_all_or_nothing_in_order_with_one_notify(
+    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection
+) -> None:
+    from aioqueue.enqueue import CHUNK
+
+    send_email = _register(q)
+    n = 2 * CHUNK + 7  # three statements
+    listener, received, marker = await _listen(dsn, q.channel)
+    try:
+        ids = await send_email.enqueue_many([{"order_id": i} for i in range(n)])
+        await db.execute("SELECT pg_notify($1, 'marker')", q.channel)
+        with anyio.fail_after(10):
+            await marker.wait()
+    finally:
+        await listener.close()
+    assert received == ["email", "marker"]
+    assert len(ids) == n and ids == sorted(ids)
+    rows = await db.fetch("SELECT id, (args->>'order_id')::int AS n FROM aioqueue.jobs ORDER BY id")
+    assert [(r["id"], r["n"]) for r in rows] == list(zip(ids, range(n), strict=True))
+    # A refused item in a later statement's share is named by its place in the whole call.
+    bad: list[dict[str, Any]] = [{"order_id": i} for i in range(n)]
+    bad[2 * CHUNK + 3] = {"order_id": math.inf}
+    with pytest.raises(aioqueue.JobArgumentsError, match=rf"item {2 * CHUNK + 3} of enqueue_many"):
+        await send_email.enqueue_many(bad)
+    # The server refusing the last statement takes back the ones before it, pooled or in a
+    # caller's transaction, with or without keys.
+    await db.execute("DELETE FROM aioqueue.jobs")
+    await db.execute(
+        """CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN IF NEW.args->>'order_id' = '-1' THEN RAISE EXCEPTION 'refused row'; END IF; RETURN NEW; END $$;
+           CREATE TRIGGER refuse BEFORE INSERT ON aioqueue.jobs FOR EACH ROW EXECUTE FUNCTION refuse();"""
+    )
+    last_refused = [{"order_id": i} for i in range(n - 1)] + [{"order_id": -1}]
+    keys: list[str | None] = [f"k{i}" for i in range(n)]
+    with pytest.raises(asyncpg.RaiseError, match="refused row"):
+        await send_email.enqueue_many(last_refused)
+    with pytest.raises(asyncpg.RaiseError, match="refused row"):
+        await send_email.enqueue_many(last_refused, keys=keys)
+    other = await asyncpg.connect(dsn)
+    try:
+        with pytest.raises(asyncpg.RaiseError, match="refused row"):
+            async with other.transaction():
+                await send_email.enqueue_many(last_refused, conn=other)
+    finally:
+        await other.close()
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+    # With keys over several statements: ids in order, repeats and live keys resolved across them.
+    await db.execute("DROP TRIGGER refuse ON aioqueue.jobs")
+    live = await send_email.options(key="k1").enqueue(order_id=-2)
+    keys[CHUNK + 10] = "k3"  # repeats a key of the first statement's share
+    keys[2 * CHUNK + 1] = None
+    ids = await send_email.enqueue_many([{"order_id": i} for i in range(n)], keys=keys)
+    assert ids[1] == live and ids[CHUNK + 10] == ids[3] and len(set(ids)) == n - 1
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == n - 1
+
+
 class _NotJson:
     pass
 
