@@ -113,6 +113,30 @@ async def test_run_until_empty_through_the_pooler_never_hangs(pooled_dsn: str, d
             assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
 
 
+async def test_a_bulk_enqueue_of_several_statements_is_one_transaction_through_the_pooler(
+    pooled_dsn: str, db: asyncpg.Connection
+) -> None:
+    from aioqueue.enqueue import CHUNK
+
+    async with aioqueue.Queue(pooled_dsn) as q:
+
+        @q.task
+        async def noop(n: int) -> None:
+            pass
+
+        ids = await noop.enqueue_many([{"n": n} for n in range(CHUNK + 1)])
+        assert ids == sorted(ids) and len(ids) == CHUNK + 1
+        assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == CHUNK + 1
+        # The second statement refused (a row only it holds breaks a check): the first is undone.
+        await db.execute("DELETE FROM aioqueue.jobs")
+        await db.execute(
+            "ALTER TABLE aioqueue.jobs ADD CONSTRAINT no_last CHECK ((args->>'n')::int <> -1)"
+        )
+        with pytest.raises(asyncpg.CheckViolationError):
+            await noop.enqueue_many([{"n": n} for n in range(CHUNK)] + [{"n": -1}])
+        assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+
+
 async def test_completion_stays_fenced_through_the_pooler(pooled_dsn: str, db: asyncpg.Connection) -> None:
     from aioqueue.completer import Completer
     from aioqueue.config import WorkerConfig
