@@ -287,8 +287,8 @@ class Queue:
         max_attempts: int | None = None,
         keys: Iterable[str | None] | None = None,
     ) -> list[JobRef]:
-        """Store one job of the task called ``name`` per JSON object of arguments, in one
-        statement; return their ids in order. ``keys``: one dedup key (or None) per item. See
+        """Store one job of the task called ``name`` per JSON object of arguments, all or none,
+        with one NOTIFY; return their ids in order. ``keys``: one dedup key (or None) per item. See
         :meth:`enqueue_by_name`."""
         enqueuer = self.by_name(name).options(
             conn=conn, queue=queue, delay=delay, run_at=run_at, priority=priority, max_attempts=max_attempts

@@ -180,8 +180,8 @@ class Task(_Enqueues[P, R]):
         keys: Iterable[str | None] | None = None,
         conn: CallerConnection | None = None,
     ) -> list[JobRef]:
-        """Store one job per mapping of keyword arguments, in one statement; return their ids.
-        ``keys``: one dedup key (or None) per item (see :meth:`Enqueuer.enqueue_many`)."""
+        """Store one job per mapping of keyword arguments, all or none, with one NOTIFY; return
+        their ids. ``keys``: one dedup key (or None) per item (see :meth:`Enqueuer.enqueue_many`)."""
         return await Enqueuer(self, self.defaults, _writer(self.name, conn)).enqueue_many(items, keys=keys)
 
     def _fits(self, kwargs: Mapping[str, Any]) -> bool:
@@ -367,8 +367,8 @@ class Enqueuer(Generic[P, R]):
     async def enqueue_many(
         self, items: Iterable[Mapping[str, Any]], *, keys: Iterable[str | None] | None = None
     ) -> list[JobRef]:
-        """Store one job per mapping of keyword arguments in one statement; return their ids,
-        in the order given.
+        """Store one job per mapping of keyword arguments, all or none, with one NOTIFY (one
+        statement per ``enqueue.CHUNK`` jobs); return their ids, in the order given.
 
         Every job gets these options; one dedup key cannot name many jobs, so ``key`` is
         refused here. ``keys`` gives one key (or None) per item instead: an item whose key
@@ -394,7 +394,7 @@ class Enqueuer(Generic[P, R]):
         self, items: Iterable[Mapping[str, Any]], *, keys: Iterable[str | None] | None = None
     ) -> list[int]:
         """Store one job per mapping of keyword arguments through the sync connection given as
-        ``conn``, in one statement; return their ids (``keys`` as in :meth:`enqueue_many`).
+        ``conn``, in its transaction; return their ids (``keys`` as in :meth:`enqueue_many`).
         Starts no event loop."""
         batch = self._batch(list(items), keys)
         if batch is None:
@@ -432,7 +432,7 @@ class Enqueuer(Generic[P, R]):
                 sent.append(i)
                 if key is not None:
                     seen.add(key)
-        if len(sent) < len(calls):
+        if len(sent) < len(calls):  # the whole call was encoded first, so errors name its items
             arrays = self._encode([named[i] for i in sent])
         keys = [per_item[i] for i in sent]
         return Batch(arrays, len(calls), per_item, [keys[at : at + CHUNK] for at in range(0, len(keys), CHUNK)])
