@@ -95,7 +95,8 @@ class Worker:
 
     def stop(self) -> None:
         """Stop claiming; running handlers get ``grace_period`` to finish. Returns at once: await
-        ``run()`` (or its task) to know when the worker is done."""
+        ``run()`` (or its task) to know when the worker is done. Called before ``run()`` (say, by
+        a signal that came while the process was starting), the run stops as soon as it starts."""
         self._stop = True
         if self.producer is not None:
             self.producer.stop()
@@ -134,7 +135,6 @@ class Worker:
         if self._running:
             raise RuntimeError("this worker is already running")
         self._running = True
-        self._stop = False
         db = self.app.database
         opened = False
         try:
@@ -144,7 +144,10 @@ class Worker:
             await db.check_schema()
             await self._serve(burst)
         finally:
+            # A stop asked for before the run began holds for it (a group of workers is told to
+            # stop before each starts); once the run is over, the next one starts afresh.
             self._running = False
+            self._stop = False
             if opened:
                 with anyio.CancelScope(shield=True):
                     await db.close()

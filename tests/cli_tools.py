@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -86,12 +86,13 @@ class Output:
 
 @contextlib.asynccontextmanager
 async def cli_process(
-    args: Sequence[str], dsn: str, cwd: Path
+    args: Sequence[str], dsn: str, cwd: Path, env: Mapping[str, str] | None = None
 ) -> AsyncIterator[tuple[Process, Output]]:
-    """Start ``python -m aioqueue ARGS`` in the background; kill it if the test leaves it running."""
+    """Start ``python -m aioqueue ARGS`` in the background (``env``: variables to add); kill it,
+    and the children it started, if the test leaves it running."""
     output = Output()
     process = await anyio.open_process(
-        [sys.executable, "-m", "aioqueue", *args], env=cli_env(dsn), cwd=cwd, stdout=None
+        [sys.executable, "-m", "aioqueue", *args], env={**cli_env(dsn), **(env or {})}, cwd=cwd, stdout=None
     )
     try:
         async with anyio.create_task_group() as tg:

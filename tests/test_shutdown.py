@@ -7,6 +7,7 @@ import anyio
 import asyncpg
 
 import aioqueue
+from aioqueue.worker_group import run_workers
 
 from .helpers import eventually
 
@@ -99,3 +100,26 @@ async def test_abort_interrupts_at_once(q: aioqueue.Queue, db: asyncpg.Connectio
             worker.abort()
     assert worker.stats.interrupted == 5
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status = 'pending'") == 5
+
+
+async def test_a_stop_before_the_run_holds_for_it_and_only_for_it(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    """A group of workers is told to stop before each starts (a signal that came while the
+    process was starting): the run that follows claims nothing and returns; the next runs."""
+    ran: list[int] = []
+
+    @q.task
+    async def work(n: int) -> None:
+        ran.append(n)
+
+    await work.enqueue(n=1)
+    workers = [q.worker(install_signal_handlers=False, poll_interval=0.05) for _ in range(2)]
+    for worker in workers:
+        worker.stop()
+    with anyio.fail_after(10):
+        stats = await run_workers(workers, handle_signals=False)
+    assert [s.claimed for s in stats] == [0, 0] and ran == []
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status = 'pending'") == 1
+
+    with anyio.fail_after(10):
+        assert (await workers[0].run_until_empty()).succeeded == 1  # the stop held for one run only
+    assert ran == [1]

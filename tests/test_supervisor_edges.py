@@ -1,6 +1,7 @@
 """The command at its edges: a SIGTERM in the first moments of ``aioqueue worker`` (while it
-imports, checks the schema, or spawns children that are still importing) ends in exit 0 with
-no orphans; operator commands on jobs that do not exist say so and exit non-zero."""
+imports, checks the schema, or spawns children that are still importing), whatever the number
+of Queues and processes, ends in exit 0 with no orphans; operator commands on jobs that do not
+exist say so and exit non-zero."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 import aioqueue
 from aioqueue.stop_signals import is_worker_command
 
-from .cli_tools import aioqueue_cli, cli_env
+from .cli_tools import aioqueue_cli, cli_env, cli_process
+from .conftest import TEMPLATE, fresh_database
 from .helpers import eventually
 
 
@@ -59,6 +61,69 @@ async def test_an_early_sigterm_exits_cleanly_with_no_orphans(
             status = await process.wait()
     assert status == 0, f"SIGTERM at {moment}s: exit status {status}"
     assert _children_of(process.pid) == []
+
+
+HELD_AT_IMPORT = '''
+"""Two Queues whose worker processes stop while importing this module until the test lets them go."""
+import os
+import sys
+import time
+from pathlib import Path
+
+import aioqueue
+
+app = aioqueue.Queue(os.environ["AIOQUEUE_DSN"])
+heavy = aioqueue.Queue(os.environ["HEAVY_DSN"])
+
+
+@app.task(queue="mail")
+async def send_mail() -> None:
+    pass
+
+
+@heavy.task(queue="thumbnails")
+async def thumbnail() -> None:
+    pass
+
+
+# A process that will run workers (not a supervisor) says it is here, then waits for the test:
+# a signal the test sends meanwhile reaches it at this known point of its start.
+if "--supervised-by" in sys.argv or "--processes" not in sys.argv:
+    markers = Path(os.environ["MARKERS"])
+    (markers / f"importing-{os.getpid()}").touch()
+    deadline = time.monotonic() + 30
+    while not (markers / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
+'''
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.parametrize("targets", [["held:app"], ["held:app", "held:heavy"]], ids=["one-queue", "two-queues"])
+async def test_a_sigterm_before_the_workers_run_stops_every_one_of_them(
+    dsn: str, tmp_path: Path, processes: int, targets: list[str]
+) -> None:
+    """The signal is held while the workers' process imports the app: every worker of the
+    process, however many Queues it serves, must stop at once when it starts."""
+    (tmp_path / "held.py").write_text(HELD_AT_IMPORT)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    args = ["worker", *targets, "--grace-period", "1", "--poll-interval", "0.2"]
+    if processes > 1:
+        args += ["--processes", str(processes)]
+    async with fresh_database("h", TEMPLATE) as heavy_dsn, cli_process(
+        args, dsn, tmp_path, env={"HEAVY_DSN": heavy_dsn, "MARKERS": str(markers)}
+    ) as (process, output):
+        await eventually(lambda: len(list(markers.glob("importing-*"))) == processes, timeout=20,
+                         what="every worker process to be importing the app")
+        process.send_signal(signal.SIGTERM)
+        if processes > 1:  # the supervisor has passed it on to its children
+            await output.wait_for("SIGTERM: stopping")
+        (markers / "go").touch()
+        with anyio.fail_after(20):
+            status = await process.wait()
+        assert status == 0, output.text
+        assert _children_of(process.pid) == []
+    assert output.text.count(" stopped: WorkerStats(claimed=0") == processes * len(targets), output.text
 
 
 def test_the_worker_command_is_recognised_from_its_argv() -> None:
