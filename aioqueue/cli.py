@@ -23,9 +23,10 @@ import anyio
 from . import __version__
 from . import migrate as migrations
 from .app import Queue
-from .errors import AioqueueError, ConfigurationError
+from .errors import AioqueueError, ConfigurationError, SchemaNotReadyError
 from .job import JobInfo
 from .queries import validate_schema
+from .supervisor import report, report_fd_from_env
 
 if TYPE_CHECKING:
     pass
@@ -211,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError:
         parser.error(f"unknown log level {level!r}")
+    report_fd = report_fd_from_env()  # set when this is a worker process of a supervisor
     try:
         if args.command == "worker":
             from .worker_command import run_worker_command
@@ -227,12 +229,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BaseException as exc:
         error = _single_error(exc)
         if isinstance(error, UsageError | ConfigurationError):
+            status = EXIT_USAGE
+        elif isinstance(error, AioqueueError):
+            status = EXIT_ERROR
+        else:
+            raise
+        # What no restart would fix goes to the supervisor, which stops every child and says it.
+        fatal = isinstance(error, UsageError | ConfigurationError | SchemaNotReadyError)
+        if not (fatal and report_fd is not None and report(report_fd, str(error))):
             print(f"aioqueue: error: {error}", file=sys.stderr)
-            return EXIT_USAGE
-        if isinstance(error, AioqueueError):
-            print(f"aioqueue: error: {error}", file=sys.stderr)
-            return EXIT_ERROR
-        raise
+        return status
 
 
 def _single_error(exc: BaseException) -> BaseException:

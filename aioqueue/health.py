@@ -12,6 +12,7 @@ server answers 200 only while every worker would, and names each worker in the b
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -23,6 +24,7 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
 from . import migrate as migrations
+from .errors import ConfigurationError
 
 if TYPE_CHECKING:
     from .database import Database
@@ -134,7 +136,12 @@ class HealthServer:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Check each worker's database and serve probes until cancelled; started once listening."""
-        listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port, reuse_port=False)
+        try:
+            listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port, reuse_port=False)
+        except OSError as exc:
+            # A port in use or an address not of this host: a restart would meet it again.
+            why = "the port is already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+            raise ConfigurationError(f"cannot serve health probes on {self.host}:{self.port}: {why}") from None
         async with listener, anyio.create_task_group() as tg:
             self.port = listener.extra(SocketAttribute.local_port)
             for check in self.checks:

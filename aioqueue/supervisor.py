@@ -3,7 +3,9 @@
 Each child is a fresh interpreter running a one-process ``aioqueue worker`` (its own pool and
 LISTEN connection); they share the load through the database, as separate machines would. A
 child that dies is logged and restarted, after a growing delay when it keeps dying young; one
-that exits with status 2 (bad configuration) stops them all. On SIGINT/SIGTERM the supervisor
+that cannot go on for a reason no restart would fix (its configuration, its app's import, the
+schema) says so on a pipe of its own, and the supervisor stops them all and exits with that
+message and status (as it does when a child exits with status 2). On SIGINT/SIGTERM it
 sends SIGTERM to every child, which stop claiming and drain within their grace period; a second
 signal is passed on too, and makes the children interrupt their running jobs. Children run in a
 session of their own, so a terminal's Ctrl-C reaches them once, through the supervisor; they
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +31,42 @@ from . import stop_signals
 logger = logging.getLogger("aioqueue.supervisor")
 
 EXIT_USAGE = 2
+
+#: The environment variable naming the pipe a worker process reports a fatal error on.
+REPORT_FD = "AIOQUEUE_REPORT_FD"
+#: At most this much of a report is kept (a pipe takes it whole, without blocking the child).
+_REPORT_LIMIT = 4096
+
+
+def report_fd_from_env() -> int | None:
+    """In a worker process of a supervisor: take the pipe to report to (out of the environment,
+    so that no process this one starts writes to a file descriptor it does not have)."""
+    value = os.environ.pop(REPORT_FD, None)
+    try:
+        fd = int(value) if value is not None else None
+        return fd if fd is not None and stat.S_ISFIFO(os.fstat(fd).st_mode) else None
+    except (ValueError, OSError):
+        return None
+
+
+def report(fd: int, message: str) -> bool:
+    """Tell the supervisor why this worker process cannot go on: a reason no restart would fix,
+    so it stops every child and exits with ``message``. False if the supervisor is gone."""
+    try:
+        os.write(fd, message.encode()[:_REPORT_LIMIT])
+    except OSError:
+        return False
+    return True
+
+
+def _read_report(fd: int) -> str | None:
+    """What a child that has exited reported, if anything."""
+    os.set_blocking(fd, False)
+    try:
+        data = os.read(fd, _REPORT_LIMIT)
+    except BlockingIOError:  # nothing written, and the write end still open somewhere
+        return None
+    return data.decode(errors="replace") or None
 
 
 def describe_exit(returncode: int) -> str:
@@ -66,6 +106,8 @@ class Supervisor:
         self.children: dict[int, Process] = {}
         self.restarts = 0
         self.exit_code = 0
+        self.error: str | None = None
+        """What the child that stopped them all reported (None: none did)."""
         self._stopping = anyio.Event()
 
     async def run(self) -> int:
@@ -89,25 +131,40 @@ class Supervisor:
         delay = self.restart_delay
         while not self._stopping.is_set():
             started = time.monotonic()
-            async with await anyio.open_process(
-                list(self.command(slot)),
-                stdin=subprocess.DEVNULL,
-                stdout=None,
-                stderr=None,
-                env=self.env,
-                start_new_session=True,
-            ) as process:
-                self.children[slot] = process
-                logger.info("worker process %d started (pid %d)", slot, process.pid)
-                if self._stopping.is_set():  # a signal came while it was being spawned
-                    process.terminate()
+            read_end, write_end = os.pipe()  # the child reports on it why it cannot go on
+            try:
                 try:
-                    returncode = await process.wait()
+                    process = await anyio.open_process(
+                        list(self.command(slot)),
+                        stdin=subprocess.DEVNULL,
+                        stdout=None,
+                        stderr=None,
+                        env={**(os.environ if self.env is None else self.env), REPORT_FD: str(write_end)},
+                        start_new_session=True,
+                        pass_fds=(write_end,),
+                    )
                 finally:
-                    del self.children[slot]
+                    os.close(write_end)  # the child's alone: the pipe ends when the child does
+                async with process:
+                    self.children[slot] = process
+                    logger.info("worker process %d started (pid %d)", slot, process.pid)
+                    if self._stopping.is_set():  # a signal came while it was being spawned
+                        process.terminate()
+                    try:
+                        returncode = await process.wait()
+                    finally:
+                        del self.children[slot]
+                reported = _read_report(read_end)
+            finally:
+                os.close(read_end)
             what = describe_exit(returncode)
             if self._stopping.is_set():
                 logger.info("worker process %d (pid %d) %s", slot, process.pid, what)
+                return
+            if reported is not None and returncode != 0:
+                logger.error("worker process %d (pid %d) %s: %s; stopping all", slot, process.pid, what, reported)
+                self.error, self.exit_code = reported, returncode
+                self.stop()
                 return
             if returncode == EXIT_USAGE:
                 logger.error("worker process %d (pid %d) %s: bad configuration; stopping all",

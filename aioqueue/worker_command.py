@@ -21,6 +21,7 @@ from .app import Queue
 from .cli import EXIT_OK, UsageError, resolve_dsn, run_async, seconds_arg
 from .config import WorkerConfig, worker_flags
 from .queries import validate_schema
+from .supervisor import Supervisor
 from .worker import Worker
 
 if TYPE_CHECKING:
@@ -89,9 +90,11 @@ def load_queue(target: str) -> Queue:
     try:
         found: object = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name is None or not module_name.startswith(exc.name):
-            raise  # the module exists but imports something missing: show the traceback
-        raise UsageError(f"cannot import {module_name!r}: {exc}") from None
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise UsageError(f"cannot import {module_name!r}: {exc}") from None
+        raise _import_failed(module_name, exc) from None  # it imports something missing
+    except Exception as exc:
+        raise _import_failed(module_name, exc) from None
     for part in attr.split("."):
         try:
             found = getattr(found, part)
@@ -100,6 +103,13 @@ def load_queue(target: str) -> Queue:
     if not isinstance(found, Queue):
         raise UsageError(f"{target} is a {type(found).__name__}, not an aioqueue.Queue")
     return found
+
+
+def _import_failed(module_name: str, exc: Exception) -> UsageError:
+    """The app's own code failed as it was imported: a restart would fail the same way. Log
+    where (the traceback), and return the one-line error."""
+    logger.error("importing %r failed", module_name, exc_info=exc)
+    return UsageError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}")
 
 
 def _configure(queue: Queue, args: argparse.Namespace) -> None:
@@ -150,8 +160,6 @@ def run_worker_command(args: argparse.Namespace) -> int:
     config = _worker_config(args)  # bad options fail here, once, before any child starts
     if args.processes == 1:
         return run_async(_work, queue, config, args)
-    from .supervisor import Supervisor
-
     # Check once here: children that cannot start would only be restarted over and over.
     run_async(_check_schema, queue)
     env = {**os.environ, _CHILD_CONFIG: config.to_json()}
@@ -165,7 +173,7 @@ def run_worker_command(args: argparse.Namespace) -> int:
         shutdown_timeout=config.grace_period + 30.0,
         env=env,
     )
-    return run_async(supervisor.run)
+    return _supervise(supervisor)
 
 
 async def _check_schema(queue: Queue) -> None:
@@ -188,8 +196,6 @@ def _run_several(targets: list[str], args: argparse.Namespace) -> int:
     config = _worker_config(args)
     if args.processes == 1:
         return run_async(_work_several, queues, config, args)
-    from .supervisor import Supervisor
-
     for queue in queues:
         run_async(_check_schema, queue)
     def command(slot: int) -> list[str]:
@@ -199,7 +205,15 @@ def _run_several(targets: list[str], args: argparse.Namespace) -> int:
 
     supervisor = Supervisor(command, args.processes, shutdown_timeout=config.grace_period + 30.0,
                             env={**os.environ, _CHILD_CONFIG: config.to_json()})
-    return run_async(supervisor.run)
+    return _supervise(supervisor)
+
+
+def _supervise(supervisor: Supervisor) -> int:
+    """Run the supervisor; if a child stopped them all with an error, end with its message."""
+    code = run_async(supervisor.run)
+    if supervisor.error is not None:
+        print(f"aioqueue: error: {supervisor.error}", file=sys.stderr)
+    return code
 
 
 async def _work_several(queues: list[Queue], config: WorkerConfig, args: argparse.Namespace) -> int:

@@ -44,6 +44,25 @@ async def stuck() -> None:
     await anyio.sleep_forever()
 '''
 
+#: Two Queues, each on its own database (``AIOQUEUE_DSN``, ``HEAVY_DSN``), with a task each.
+TWO_QUEUES = '''
+import os
+import aioqueue
+
+app = aioqueue.Queue(os.environ["AIOQUEUE_DSN"])
+heavy = aioqueue.Queue(os.environ["HEAVY_DSN"])
+
+
+@app.task(queue="mail")
+async def send_mail(n: int) -> None:
+    pass
+
+
+@heavy.task(queue="thumbnails")
+async def thumbnail(n: int) -> None:
+    pass
+'''
+
 
 def cli_env(dsn: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("AIOQUEUE_DSN", "DATABASE_URL")}

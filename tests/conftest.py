@@ -94,6 +94,13 @@ async def dsn() -> AsyncIterator[str]:
 
 
 @pytest.fixture
+async def other_dsn() -> AsyncIterator[str]:
+    """A second fresh migrated database, for a second Queue (say, the one heavy work goes to)."""
+    async with fresh_database("o", TEMPLATE) as url:
+        yield url
+
+
+@pytest.fixture
 async def empty_dsn() -> AsyncIterator[str]:
     """A fresh database with no aioqueue schema in it."""
     async with fresh_database("e", None) as url:

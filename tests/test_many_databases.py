@@ -8,7 +8,6 @@ import functools
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +20,8 @@ import aioqueue
 from aioqueue import migrate
 from aioqueue.worker_group import run_workers
 
-from .cli_tools import cli_env
-from .conftest import TEMPLATE, fresh_database
+from .cli_tools import TWO_QUEUES, cli_env
 from .helpers import eventually
-
-
-@pytest.fixture
-async def other_dsn() -> AsyncIterator[str]:
-    """A second migrated database: the one the heavy queue is routed to."""
-    async with fresh_database("o", TEMPLATE) as url:
-        yield url
 
 
 async def _count(dsn: str, sql: str) -> int:
@@ -145,25 +136,6 @@ async def test_a_group_answers_health_probes_as_one(dsn: str, other_dsn: str) ->
             await eventually(ready, timeout=15, interval=0.05, what="the group to be ready again")
             for w in workers:
                 w.stop()
-
-
-TWO_QUEUES = '''
-import os
-import aioqueue
-
-app = aioqueue.Queue(os.environ["AIOQUEUE_DSN"])
-heavy = aioqueue.Queue(os.environ["HEAVY_DSN"])
-
-
-@app.task(queue="mail")
-async def send_mail(n: int) -> None:
-    pass
-
-
-@heavy.task(queue="thumbnails")
-async def thumbnail(n: int) -> None:
-    pass
-'''
 
 
 async def test_the_worker_command_serves_several_targets(dsn: str, other_dsn: str, tmp_path: Path) -> None:
