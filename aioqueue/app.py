@@ -52,7 +52,9 @@ class Queue:
     """A job queue in one PostgreSQL schema.
 
     Give it a DSN (it opens and owns a pool) or an asyncpg pool of yours. ``async with queue``
-    opens it and closes what it owns; enqueue calls open it on first use.
+    opens it and closes what it owns; enqueue calls open it on first use. A pool it opens
+    belongs to the event loop that opened it and closes when that loop ends: under another loop
+    (``asyncio.run`` again) the queue opens another. A pool of yours serves only its own loop.
 
     Behind a transaction-pooling proxy such as PgBouncer, ``pooler=True`` (detected when left
     None) keeps named prepared statements away from it, and ``listen_dsn`` (a DSN straight to
@@ -128,12 +130,13 @@ class Queue:
         return self.database.pool
 
     async def open(self) -> Queue:
-        """Open the pool if this queue owns one; idempotent."""
+        """Open a pool for the running event loop if this queue owns its pools; idempotent."""
         await self.database.open()
         return self
 
     async def close(self) -> None:
-        """Close the pool if this queue opened it."""
+        """Close the pool this queue opened for the running event loop (one also closes when its
+        loop ends); a pool of yours stays open."""
         await self.database.close()
 
     async def __aenter__(self) -> Queue:

@@ -7,6 +7,11 @@ connections a listener needs, and runs migrations. It knows nothing of tasks or 
 services (producer, completer, heartbeat, maintenance, operator calls) receive it instead of the
 ``Queue``.
 
+An asyncpg pool works only on the event loop it was made on, and scripts, sync applications
+and test suites run one loop after another (``asyncio.run`` twice): a pool opened here belongs
+to the loop that opened it, each loop gets its own, and each closes when its loop ends. A
+borrowed pool of another loop is refused, saying what to do.
+
 Behind a transaction-pooling proxy (PgBouncer ``pool_mode = transaction``, the poolers of hosted
 PostgreSQL) a session is not one server connection: named prepared statements vanish between
 transactions and notifications never arrive. With ``pooler`` set (or detected: the proxy hands
@@ -16,9 +21,10 @@ goes to ``listen_dsn`` (straight to the server) or nowhere: the workers then pol
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import anyio
@@ -41,6 +47,51 @@ _SCHEMA_ERRORS = (
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Pool reset hook: aioqueue leaves no session state behind, so skip the reset round trip."""
+
+
+def _gone(pool: asyncpg.Pool) -> bool:
+    """Whether ``pool`` can serve no one any more: closed, or its loop is."""
+    home = _home_loop(pool)
+    return pool.is_closing() or (home is not None and home.is_closed())
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _home_loop(pool: asyncpg.Pool) -> asyncio.AbstractEventLoop | None:
+    """The event loop ``pool`` was made on (asyncpg keeps it, without a public name)."""
+    loop = getattr(pool, "_loop", None)
+    return loop if isinstance(loop, asyncio.AbstractEventLoop) else None
+
+
+class _LoopPool:
+    """The pool a :class:`Database` opened on one event loop. ``keeper`` is an async generator
+    started on that loop: the loop's runner finalises async generators before it closes the
+    loop (``asyncio.run``, ``asyncio.Runner``, ``anyio.run``, uvloop), which closes the pool
+    while the loop still runs."""
+
+    __slots__ = ("keeper", "lock", "pool")
+
+    def __init__(self) -> None:
+        self.lock = anyio.Lock()
+        self.pool: asyncpg.Pool | None = None
+        self.keeper: AsyncGenerator[None, None] | None = None
+
+
+def _dispose(keeper: AsyncGenerator[None, None]) -> None:
+    """Finish the keeper of a loop that closed without finalising it: its pool cannot be
+    closed any more, and a keeper left to the garbage collector would ask that loop to."""
+    closer = keeper.aclose()
+    try:
+        closer.send(None)  # the keeper awaits nothing once its loop is closed
+    except (StopIteration, RuntimeError):
+        pass
+    finally:
+        closer.close()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -108,37 +159,81 @@ class Database:
         self.schema = validate_schema(schema)
         self.queries: Queries = for_schema(self.schema)
         self.channels = Channels.for_schema(self.schema)
-        self._pool = pool
-        self._owns_pool = pool is None
+        self._borrowed = pool
+        """The application's pool, when the queue borrows one; else None."""
+        self._pools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}
+        """The pools opened here, by the loop each belongs to."""
         self._pool_sizes = (pool_min_size, pool_max_size)
         self._connect_timeout = float(connect_timeout)
         self._connect_kwargs = dict(connect_kwargs or {})
-        self._open_lock = anyio.Lock()
 
     # -- the pool ----------------------------------------------------------------------------
 
     @property
     def is_open(self) -> bool:
-        """Whether a pool is there (opened here or borrowed)."""
-        return self._pool is not None
+        """Whether a pool is there for the running event loop (opened here or borrowed); outside
+        a loop, whether any is open."""
+        return self._borrowed is not None or self._own_pool() is not None
 
     @property
     def pool(self) -> asyncpg.Pool:
-        """The open pool; raises if it is not open."""
-        if self._pool is None:
+        """The open pool (of the running event loop); raises if it is not open."""
+        if self._borrowed is not None:
+            return self._checked(self._borrowed)
+        pool = self._own_pool()
+        if pool is None:
             raise AioqueueError("the queue is not open: use `async with queue:` or `await queue.open()`")
-        return self._pool
+        return pool
+
+    def _own_pool(self) -> asyncpg.Pool | None:
+        """The pool opened here for the running loop; outside a loop, the one still open."""
+        loop = _running_loop()
+        if loop is not None:
+            state = self._pools.get(loop)
+            return None if state is None else state.pool
+        live = [state.pool for home, state in self._pools.items() if state.pool is not None and not home.is_closed()]
+        return live[0] if len(live) == 1 else None
+
+    def _checked(self, pool: asyncpg.Pool) -> asyncpg.Pool:
+        """``pool`` (borrowed), refused if it belongs to another loop than the running one."""
+        home, loop = _home_loop(pool), _running_loop()
+        if home is not None and loop is not None and home is not loop:
+            raise ConfigurationError(
+                f"the asyncpg pool this queue borrows belongs to another event loop"
+                f"{' (closed now)' if home.is_closed() else ''}, and a pool works only on the loop that "
+                "made it: create a pool in this loop and hand it over with queue.attach_pool(pool), or "
+                "give the Queue a dsn instead, and it opens a pool for each loop itself"
+            )
+        return pool
+
+    async def _usable_pool(self) -> asyncpg.Pool:
+        """The pool for the running loop, opened first if need be."""
+        if self._borrowed is not None:
+            return self._checked(self._borrowed)
+        pool = self._own_pool()
+        if pool is None:
+            await self.open()
+            pool = self.pool
+        return pool
 
     async def open(self) -> None:
-        """Open the pool if this object owns one; idempotent."""
-        async with self._open_lock:
-            if self._pool is not None:
+        """Open a pool for the running event loop if this object owns its pools; idempotent."""
+        if self._borrowed is not None:
+            self._checked(self._borrowed)
+            return
+        loop = asyncio.get_running_loop()
+        state = self._pools.get(loop)
+        if state is None:
+            self._forget_closed_loops()
+            state = self._pools[loop] = _LoopPool()
+        async with state.lock:
+            if state.pool is not None:
                 return
             min_size, max_size = self._pool_sizes
             try:
                 if self.pooler is None:
                     self.pooler = await self._behind_pooler()
-                self._pool = await asyncpg.create_pool(
+                state.pool = await asyncpg.create_pool(
                     self.dsn,
                     min_size=min_size,
                     max_size=max_size,
@@ -150,13 +245,36 @@ class Database:
                 raise ConnectError(
                     f"cannot connect to PostgreSQL at {describe_dsn(self.dsn)}: {type(exc).__name__}: {exc}"
                 ) from exc
+            state.keeper = self._close_with_loop(loop, state)
+            await state.keeper.asend(None)
+
+    async def _close_with_loop(self, loop: asyncio.AbstractEventLoop, state: _LoopPool) -> AsyncGenerator[None, None]:
+        """Wait for the end of ``loop`` (or :meth:`close`), then close its pool, so that no
+        connection outlives the loop and no later loop meets a pool it cannot use."""
+        try:
+            yield
+        finally:
+            if self._pools.get(loop) is state:
+                del self._pools[loop]
+            pool, state.pool = state.pool, None
+            if pool is not None and not loop.is_closed():
+                with anyio.CancelScope(shield=True), anyio.move_on_after(10) as waited:
+                    await pool.close()  # waits for the connections in use to come back
+                if waited.cancelled_caught:
+                    pool.terminate()
+
+    def _forget_closed_loops(self) -> None:
+        for loop in [loop for loop in self._pools if loop.is_closed()]:
+            keeper = self._pools.pop(loop).keeper
+            if keeper is not None:
+                _dispose(keeper)
 
     def cap_pool(self, max_size: int) -> None:
         """Hold at most ``max_size`` pooled connections (say, from ``aioqueue worker
         --pool-max-size``); only before the pool opens."""
         if not isinstance(max_size, int) or isinstance(max_size, bool) or not 1 <= max_size <= 10_000:
             raise ConfigurationError(f"pool_max_size must be an int from 1 to 10000, got {max_size!r}")
-        if self._pool is not None:
+        if self._borrowed is not None or any(state.pool is not None for state in self._pools.values()):
             raise AioqueueError("the pool is already open: cap it before it opens")
         self._pool_sizes = (min(self._pool_sizes[0], max_size), max_size)
 
@@ -183,25 +301,31 @@ class Database:
         """Whether LISTEN can work here: not through a pooler, unless ``listen_dsn`` bypasses it."""
         if self.listen_dsn is not None:
             return True
-        if self._pool is None:
-            await self.open()
+        await self._usable_pool()  # opening it tells whether a pooler is in the way
         return not self.pooler
 
     async def close(self) -> None:
-        """Close the pool if this object opened it; a borrowed pool stays open."""
-        async with self._open_lock:
-            if self._owns_pool and self._pool is not None:
-                pool, self._pool = self._pool, None
-                await pool.close()
+        """Close the pool this object opened for the running event loop; a borrowed pool stays
+        open. (The pool of a loop that ends closes with it.)"""
+        state = self._pools.get(asyncio.get_running_loop())
+        if state is None:
+            return
+        async with state.lock:
+            keeper, state.keeper = state.keeper, None
+        if keeper is not None:
+            await keeper.aclose()  # closes the pool
 
     def attach_pool(self, pool: asyncpg.Pool) -> None:
-        """Borrow ``pool`` instead of opening one; ``close()`` will leave it open."""
+        """Borrow ``pool`` instead of opening one; ``close()`` will leave it open. A pool
+        borrowed before that belongs to a loop now closed may be replaced."""
         if not isinstance(pool, asyncpg.Pool):
             raise ConfigurationError(f"pool must be an asyncpg.Pool, got {pool!r}")
-        if self._pool is not None and self._pool is not pool:
+        current = self._borrowed
+        if current is None:
+            current = self._own_pool()
+        if current is not None and current is not pool and not _gone(current):
             raise AioqueueError("the queue is already open with another pool")
-        self._pool = pool
-        self._owns_pool = False
+        self._borrowed = pool
 
     @contextlib.asynccontextmanager
     async def connection(self, conn: Connection | None = None) -> AsyncIterator[Connection]:
@@ -210,9 +334,7 @@ class Database:
             if conn is not None:
                 yield conn
             else:
-                if self._pool is None:
-                    await self.open()
-                async with self.pool.acquire() as pooled:
+                async with (await self._usable_pool()).acquire() as pooled:
                     yield pooled
         except _SCHEMA_ERRORS as exc:
             raise SchemaNotReadyError(
@@ -232,9 +354,7 @@ class Database:
                 self.listen_dsn or self.dsn, timeout=self._connect_timeout, **kwargs
             )
             return conn
-        if self._pool is None:
-            await self.open()
-        return await self.pool.acquire()
+        return await (await self._usable_pool()).acquire()
 
     async def disconnect(self, conn: Connection) -> None:
         """Close a connection from :meth:`connect` (or return it to the pool); never raises."""
