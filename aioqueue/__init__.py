@@ -20,6 +20,7 @@ from .errors import (
     Retry,
     SchemaNotReadyError,
     Snooze,
+    WrongDatabaseError,
 )
 from .integrations.background import BackgroundWorker
 from .job import Job, JobInfo, JobRef, current_job
@@ -58,6 +59,7 @@ __all__ = [
     "WorkerConfig",
     "WorkerOptions",
     "WorkerStats",
+    "WrongDatabaseError",
     "__version__",
     "current_job",
 ]

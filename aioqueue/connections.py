@@ -5,7 +5,9 @@ asyncpg driver, psycopg 3 async or sync, Django on PostgreSQL with psycopg 3) wh
 enqueuer is made, and refuses anything else naming what is supported. Each writer sends one
 named statement with ``$n`` parameters, as given: psycopg through its raw cursors, which bind
 ``$n`` server-side, so no statement is ever rewritten. Before writing, each checks that the
-job will commit with the caller's work, never on its own. SQLAlchemy, psycopg and Django are
+job will commit with the caller's work, never on its own; ``driver_connection`` names the
+driver's connection under the caller's object, which outlives a pool's proxy or a session, for
+what is learned about it once (see :mod:`aioqueue.database_identity`). SQLAlchemy, psycopg and Django are
 imported only when the caller's object comes from them: none is required by the core.
 """
 
@@ -75,6 +77,16 @@ class AsyncpgWriter:
             )
         return self.conn
 
+    async def driver_connection(self) -> object:
+        """The asyncpg connection itself: the same under every proxy a pool hands out for it."""
+        conn = self.check()
+        if isinstance(conn, PoolConnectionProxy):
+            return getattr(conn, "_con", None) or conn  # asyncpg keeps it there, unnamed in its API
+        return conn
+
+    async def rows(self, sql: str, params: Sequence[Any]) -> list[Row]:
+        return [tuple(row) for row in await self.check().fetch(sql, *params)]
+
 
 class SQLAlchemyWriter:
     """A SQLAlchemy ``AsyncSession`` or ``AsyncConnection`` on the asyncpg driver, in a transaction.
@@ -87,7 +99,10 @@ class SQLAlchemyWriter:
     def __init__(self, conn: AsyncSession | AsyncConnection) -> None:
         self.conn = conn
 
-    async def rows(self, sql: str, params: Sequence[Any]) -> list[Row]:
+    async def _checked(self) -> tuple[AsyncConnection, Any]:
+        """The connection in the caller's transaction, and its pooled raw connection; refused
+        when no transaction is begun (the session's is, at its first statement) or it commits
+        every statement."""
         from sqlalchemy.ext.asyncio import AsyncSession
 
         kind = type(self.conn).__name__
@@ -105,6 +120,15 @@ class SQLAlchemyWriter:
                 f"conn is a SQLAlchemy {kind} in AUTOCOMMIT mode, so the job would commit on its own: "
                 "use a connection with a real transaction"
             )
+        return conn, raw
+
+    async def driver_connection(self) -> object:
+        """The asyncpg connection under the session's current connection."""
+        _conn, raw = await self._checked()
+        return raw.driver_connection
+
+    async def rows(self, sql: str, params: Sequence[Any]) -> list[Row]:
+        conn, _raw = await self._checked()
         result = await conn.exec_driver_sql(sql, tuple(params))
         return [tuple(row) for row in result.all()]
 
@@ -135,6 +159,9 @@ class PsycopgAsyncWriter:
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.conn = conn
 
+    async def driver_connection(self) -> object:
+        return self.conn
+
     async def rows(self, sql: str, params: Sequence[Any]) -> list[Row]:
         import psycopg
 
@@ -149,6 +176,9 @@ class PsycopgWriter:
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
+
+    def driver_connection(self) -> object:
+        return self.conn
 
     def rows(self, sql: str, params: Sequence[Any]) -> list[Row]:
         _check_psycopg_transaction(self.conn)
@@ -173,7 +203,8 @@ class DjangoWriter:
     def __init__(self, conn: BaseDatabaseWrapper | ConnectionProxy[BaseDatabaseWrapper]) -> None:
         self.conn = conn
 
-    def rows(self, sql: str, params: Sequence[Any]) -> list[Row]:
+    def _checked(self) -> psycopg.Connection[Any]:
+        """The psycopg connection under Django's, in ``transaction.atomic()``; else refused."""
         import psycopg
 
         wrapper: Any = self.conn
@@ -190,10 +221,19 @@ class DjangoWriter:
                 f"conn is a Django connection on {type(raw).__module__}.{type(raw).__name__}; aioqueue writes "
                 f"through Django only with the psycopg 3 driver (pip install 'psycopg[binary]'). Supported: {SUPPORTED}"
             )
-        return _psycopg_rows(raw, sql, params)
+        return raw
+
+    def driver_connection(self) -> object:
+        """The psycopg connection Django holds now (a new one after Django reconnects)."""
+        return self._checked()
+
+    def rows(self, sql: str, params: Sequence[Any]) -> list[Row]:
+        return _psycopg_rows(self._checked(), sql, params)
 
 
-Writer: TypeAlias = AsyncpgWriter | SQLAlchemyWriter | PsycopgAsyncWriter | PsycopgWriter | DjangoWriter
+AsyncWriter: TypeAlias = AsyncpgWriter | SQLAlchemyWriter | PsycopgAsyncWriter
+SyncWriter: TypeAlias = PsycopgWriter | DjangoWriter
+Writer: TypeAlias = AsyncWriter | SyncWriter
 SYNC_WRITERS = (PsycopgWriter, DjangoWriter)
 
 

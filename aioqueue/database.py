@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import asyncpg
@@ -36,6 +36,9 @@ from .dsn import describe_dsn
 from .errors import AioqueueError, ConfigurationError, ConnectError, SchemaNotReadyError
 from .job import Connection
 from .queries import Queries, for_schema, validate_schema
+
+if TYPE_CHECKING:
+    from .database_identity import DatabaseIdentity
 
 _SCHEMA_ERRORS = (
     asyncpg.UndefinedTableError,
@@ -166,6 +169,14 @@ class Database:
         self._pool_sizes = (pool_min_size, pool_max_size)
         self._connect_timeout = float(connect_timeout)
         self._connect_kwargs = dict(connect_kwargs or {})
+        self.identity: DatabaseIdentity | None = None
+        """Which database the queue's connections reach, as the server said when first asked
+        (see :mod:`aioqueue.database_identity`); None until then."""
+
+    @property
+    def connect_timeout(self) -> float:
+        """Seconds a new connection may take."""
+        return self._connect_timeout
 
     # -- the pool ----------------------------------------------------------------------------
 
@@ -341,6 +352,39 @@ class Database:
                 f"the aioqueue schema {self.schema!r} is missing or out of date ({exc}): "
                 "run `aioqueue migrate` (or `await queue.migrate()`)"
             ) from exc
+
+    def lent(self, conn: object) -> bool:
+        """Whether ``conn`` was handed out by this queue's pool for the running loop (and so
+        reaches its database)."""
+        if not isinstance(conn, PoolConnectionProxy):
+            return False
+        pool = getattr(getattr(conn, "_holder", None), "_pool", None)  # asyncpg's, unnamed in its API
+        return pool is not None and (pool is self._borrowed or pool is self._own_pool())
+
+    async def ask_identity(self) -> DatabaseIdentity:
+        """Ask the server which database this queue's connections reach, and keep the answer in
+        :attr:`identity`. With a DSN it asks on a connection of its own, never the pool's: the
+        caller may hold the last free one (its unnamed statement passes any pooler)."""
+        from .database_identity import DatabaseIdentity
+
+        dsn = self.dsn or self.listen_dsn
+        try:
+            if dsn is None:
+                async with self.connection() as pooled:
+                    row = await pooled.fetchrow(self.queries.database_identity)
+            else:
+                kwargs = {**self._connect_kwargs, "statement_cache_size": 0}
+                conn = await asyncpg.connect(dsn, timeout=self._connect_timeout, **kwargs)
+                try:
+                    row = await conn.fetchrow(self.queries.database_identity)
+                finally:
+                    await conn.close()
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise ConnectError(
+                f"cannot connect to PostgreSQL at {describe_dsn(dsn)}: {type(exc).__name__}: {exc}"
+            ) from exc
+        self.identity = DatabaseIdentity.from_row(row)
+        return self.identity
 
     # -- dedicated connections (listeners) -----------------------------------------------------
 

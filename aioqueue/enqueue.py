@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import database_identity
 from .connections import SCHEMA_SQLSTATES, SYNC_WRITERS, AsyncpgWriter, Writer, sqlstate_of
 from .errors import ConfigurationError, SchemaNotReadyError
 from .job import Connection
@@ -96,22 +97,23 @@ def _schema_error(db: Database, exc: Exception) -> SchemaNotReadyError | None:
 
 
 async def _rows_of(
-    db: Database, writer: Writer | Connection | None, sql: str, statements: list[tuple[Any, ...]]
+    db: Database, task: JobSource, writer: Writer | Connection | None, sql: str, statements: list[tuple[Any, ...]]
 ) -> list[Any]:
     """Run an enqueue statement once per parameter tuple, on the caller's connection or a pooled
     one, all or none; return the rows of all. On asyncpg the runs are pipelined (one implicit
     transaction when no transaction is open); elsewhere they follow one another in the caller's
-    transaction."""
+    transaction. A caller's connection to another database than the Queue's is refused first."""
     if writer is None or not isinstance(writer, Writer):
         async with db.connection(writer) as c:
-            return await _fetch_all(c, sql, statements)
-    if isinstance(writer, AsyncpgWriter):
-        async with db.connection(writer.check()) as c:
             return await _fetch_all(c, sql, statements)
     if isinstance(writer, SYNC_WRITERS):
         raise ConfigurationError(
             f"conn is a sync connection ({type(writer.conn).__name__}): use enqueue_sync()/enqueue_many_sync()"
         )
+    await database_identity.check(db, writer, task.name)
+    if isinstance(writer, AsyncpgWriter):
+        async with db.connection(writer.check()) as c:
+            return await _fetch_all(c, sql, statements)
     try:
         return [row for params in statements for row in await writer.rows(sql, params)]
     except Exception as exc:
@@ -127,7 +129,9 @@ async def _fetch_all(conn: Connection, sql: str, statements: list[tuple[Any, ...
     return await conn.fetchmany(sql, statements)
 
 
-def _rows_of_sync(db: Database, writer: Writer | None, sql: str, statements: list[tuple[Any, ...]]) -> list[Any]:
+def _rows_of_sync(
+    db: Database, task: JobSource, writer: Writer | None, sql: str, statements: list[tuple[Any, ...]]
+) -> list[Any]:
     """:func:`_rows_of` on a sync connection."""
     if not isinstance(writer, SYNC_WRITERS):
         what = "no conn" if writer is None else f"the async connection {type(writer.conn).__name__}"
@@ -135,6 +139,7 @@ def _rows_of_sync(db: Database, writer: Writer | None, sql: str, statements: lis
             f"enqueue_sync()/enqueue_many_sync() write on a sync connection (psycopg.Connection or Django's "
             f"connection), given with options(conn=...); got {what}: use `await enqueue()` instead"
         )
+    database_identity.check_sync(db, writer, task.name)
     try:
         return [row for params in statements for row in writer.rows(sql, params)]
     except Exception as exc:
@@ -148,7 +153,7 @@ async def insert_one(
     db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | Connection | None
 ) -> int:
     """Write one job and its NOTIFY; return its id (the live job's, when its dedup key is taken)."""
-    rows = await _rows_of(db, conn, db.queries.enqueue, [one_params(db, task, opts, args)])
+    rows = await _rows_of(db, task, conn, db.queries.enqueue, [one_params(db, task, opts, args)])
     return int(rows[0][0])
 
 
@@ -157,12 +162,12 @@ async def insert_many(
 ) -> list[int]:
     """Write a bulk call's jobs of one task, all or none, with one NOTIFY (see :data:`CHUNK`);
     return their ids in the order of the call's items."""
-    return batch.ids(await _rows_of(db, conn, batch.statement(db), batch.params(db, task, opts)))
+    return batch.ids(await _rows_of(db, task, conn, batch.statement(db), batch.params(db, task, opts)))
 
 
 def insert_one_sync(db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | None) -> int:
     """:func:`insert_one` on a sync connection (psycopg or Django), with no event loop."""
-    rows = _rows_of_sync(db, conn, db.queries.enqueue, [one_params(db, task, opts, args)])
+    rows = _rows_of_sync(db, task, conn, db.queries.enqueue, [one_params(db, task, opts, args)])
     return int(rows[0][0])
 
 
@@ -170,4 +175,4 @@ def insert_many_sync(
     db: Database, task: JobSource, opts: EnqueueOptions, batch: Batch, conn: Writer | None
 ) -> list[int]:
     """:func:`insert_many` on a sync connection (psycopg or Django), with no event loop."""
-    return batch.ids(_rows_of_sync(db, conn, batch.statement(db), batch.params(db, task, opts)))
+    return batch.ids(_rows_of_sync(db, task, conn, batch.statement(db), batch.params(db, task, opts)))

@@ -21,6 +21,12 @@ class NotInTransactionError(ConfigurationError):
     and survive a rollback of the caller's work: open a transaction, or omit ``conn``."""
 
 
+class WrongDatabaseError(ConfigurationError):
+    """A ``conn=`` given to enqueue reaches another database than the task's Queue: the job
+    would wait there forever, since no worker of that Queue looks in it. The message names both
+    databases."""
+
+
 class JobArgumentsError(AioqueueError, TypeError):
     """A job's arguments do not fit its task, or cannot be stored as JSON.
 

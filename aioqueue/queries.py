@@ -42,6 +42,7 @@ class Queries:
     record_migration: str
     notify: str
     ping: str
+    database_identity: str
     enqueue: str
     enqueue_many: str
     enqueue_many_keyed: str

@@ -37,6 +37,12 @@ SELECT pg_notify($1, $2);
 -- Is the connection alive? The listener's keep-alive.
 SELECT 1;
 
+-- name: database_identity
+-- Which database this connection reaches, as the server says: its name and the start of the
+-- server process (public to every role, and the same through a pooler), then where the server
+-- took the connection (for messages only). Reads nothing, so it may run in a caller's transaction.
+SELECT current_database(), pg_postmaster_start_time(), host(inet_server_addr()), inet_server_port();
+
 -- name: enqueue
 -- Insert one job and wake the workers of its queue; a live job with the same dedup key is
 -- returned instead of a new one. `inserted` tells which happened. The parameters come in the

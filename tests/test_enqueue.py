@@ -131,6 +131,8 @@ async def test_bulk_enqueue_of_10000_takes_the_round_trips_of_10(q: aioqueue.Que
 
 async def test_single_enqueue_is_one_statement(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
     send_email = _register(q)
+    async with db.transaction():  # a connection's first job asks once which database it reaches
+        await send_email.options(conn=db).enqueue(order_id=0)
     statements: list[str] = []
     db.add_query_logger(lambda record: statements.append(record.query))
     async with db.transaction():

@@ -118,9 +118,11 @@ def _django_connection(dsn: str) -> Any:
 @pytest.fixture
 def django_db(dsn: str) -> Iterator[str]:
     yield dsn
+    from django.conf import settings
     from django.db import connection
 
-    connection.close()
+    if settings.configured:  # not when the test failed before it used Django
+        connection.close()
 
 
 # -- 1. SQLAlchemy ----------------------------------------------------------------------------
@@ -604,6 +606,192 @@ async def test_every_path_shares_the_dedup_key_and_the_defaults(
     stripped = [(r[0], r[1], r[2], r[3], r[4], r[6], r[7], r[8]) for r in rows]
     assert stripped == [("default", "plain", "{}", "pending", 0, 0, 5, None)] * 3
 
+
+
+# -- 8. Another database ---------------------------------------------------------------------
+
+
+async def _count_jobs(dsn: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(await conn.fetchval("SELECT count(*) FROM aioqueue.jobs"))
+    finally:
+        await conn.close()
+
+
+def _database_of(dsn: str) -> str:
+    return str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+
+
+async def test_a_job_for_a_queue_of_another_database_is_refused_on_every_kind_of_connection(
+    dsn: str, other_dsn: str, engine: AsyncEngine, django_db: str
+) -> None:
+    """The application's connection (to ``dsn``) cannot carry a job of a Queue whose database
+    is another (``other_dsn``): no worker of that Queue would ever look where it is written."""
+    heavy = aioqueue.Queue(other_dsn)  # not opened: the check opens what it needs
+    charge = _register(heavy)
+    app_db, heavy_db = _database_of(dsn), _database_of(other_dsn)
+    refused = rf"task 'billing.charge'.* database '{heavy_db}'.*conn reaches database '{app_db}'"
+    calls = 0
+
+    def expect_refusal() -> Any:
+        nonlocal calls
+        calls += 1
+        return pytest.raises(aioqueue.WrongDatabaseError, match=refused)
+
+    plain = await asyncpg.connect(dsn)
+    try:
+        async with plain.transaction():
+            with expect_refusal():
+                await charge.options(conn=plain).enqueue(amount=1)
+            with expect_refusal():
+                await charge.enqueue_many([{"amount": 1}], conn=plain)
+            with expect_refusal():
+                await heavy.enqueue_by_name("billing.charge", {"amount": 1}, conn=plain)
+    finally:
+        await plain.close()
+    async with asyncpg.create_pool(dsn, min_size=1, max_size=1) as pool, pool.acquire() as pooled, \
+            pooled.transaction():
+        with expect_refusal():
+            await charge.options(conn=pooled).enqueue(amount=1)
+    async with AsyncSession(engine) as session, session.begin():
+        with expect_refusal():
+            await charge.options(conn=session).enqueue(amount=1)
+    async with engine.begin() as sa_conn:
+        with expect_refusal():
+            await charge.options(conn=sa_conn).enqueue_many([{"amount": 1}])
+    async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+        with expect_refusal():
+            await charge.options(conn=aconn).enqueue(amount=1)
+
+    def sync_paths() -> None:
+        # No event loop here, and this Queue has never connected from this thread's point of
+        # view: the check learns which database the Queue names through a short connection.
+        sync_heavy = aioqueue.Queue(other_dsn)
+        sync_charge = _register(sync_heavy)
+        with psycopg.connect(dsn) as conn, conn.transaction():
+            with expect_refusal():
+                sync_charge.options(conn=conn).enqueue_sync(amount=1)
+            with expect_refusal():
+                sync_charge.options(conn=conn).enqueue_many_sync([{"amount": 1}])
+        from django.db import transaction
+
+        connection = _django_connection(django_db)
+        with transaction.atomic(), expect_refusal():
+            sync_heavy.by_name("billing.charge").options(conn=connection).enqueue_sync(amount=1)
+        connection.close()
+
+    await anyio.to_thread.run_sync(sync_paths)
+    assert calls == 10
+    assert await _count_jobs(dsn) == 0 and await _count_jobs(other_dsn) == 0
+    await heavy.close()
+
+
+def _questions_and_jobs(sent: list[str]) -> list[str]:
+    """Of the statements sent, the questions about the database and the jobs, in order."""
+    return ["question" if "pg_postmaster_start_time" in query else "job" for query in sent
+            if "pg_postmaster_start_time" in query or query.startswith("WITH")]
+
+
+async def test_the_queues_own_database_is_accepted_and_asked_about_once(
+    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection, engine: AsyncEngine, django_db: str
+) -> None:
+    """The common path: the same connection enqueuing again sends nothing but the job. Another
+    schema of the same database is the same database."""
+    charge = _register(q)
+
+    def sent_by(conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy) -> list[str]:
+        queries: list[str] = []
+        conn.add_query_logger(lambda record: queries.append(record.query))
+        return queries
+
+    sent = sent_by(db)
+    for n in range(3):
+        async with db.transaction():
+            await charge.options(conn=db).enqueue(amount=n)
+    assert _questions_and_jobs(sent) == ["question", "job", "job", "job"]  # asked once, then the job alone
+    async with asyncpg.create_pool(dsn, min_size=1, max_size=1) as pool:
+        async with pool.acquire() as first:
+            sent = sent_by(first)
+        for n in range(3):  # a new proxy each time, one connection under them
+            async with pool.acquire() as pooled, pooled.transaction():
+                await charge.options(conn=pooled).enqueue(amount=n)
+        assert _questions_and_jobs(sent) == ["question", "job", "job", "job"]
+
+    other_schema = aioqueue.Queue(dsn, schema="elsewhere")
+    await other_schema.migrate()
+    elsewhere = _register(other_schema)
+    async with AsyncSession(engine) as session, session.begin():
+        await elsewhere.options(conn=session).enqueue(amount=1)
+    async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+        await charge.options(conn=aconn).enqueue(amount=1)
+        await aconn.commit()
+
+    def sync_paths() -> None:
+        with psycopg.connect(dsn) as conn, conn.transaction():
+            charge.options(conn=conn).enqueue_sync(amount=1)
+        from django.db import transaction
+
+        connection = _django_connection(django_db)
+        with transaction.atomic():
+            charge.options(conn=connection).enqueue_many_sync([{"amount": 1}])
+        connection.close()
+
+    await anyio.to_thread.run_sync(sync_paths)
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 3 + 3 + 3
+    assert await db.fetchval("SELECT count(*) FROM elsewhere.jobs") == 1
+    await other_schema.close()
+
+
+async def test_connections_of_the_queues_own_pool_are_not_asked_even_when_it_is_exhausted(dsn: str) -> None:
+    """Callers holding every connection of the pool the Queue borrows must not wait for one
+    more to ask which database it is: what the Queue's own pool hands out is its database."""
+    async with asyncpg.create_pool(dsn, min_size=2, max_size=2) as pool:
+        q = aioqueue.Queue(pool=pool)
+        charge = _register(q)
+        both = anyio.Event()
+        holding = 0
+
+        async def caller(n: int) -> None:
+            nonlocal holding
+            async with pool.acquire() as conn, conn.transaction():
+                holding += 1
+                if holding == 2:
+                    both.set()
+                await both.wait()  # both connections are taken now
+                await charge.options(conn=conn).enqueue(amount=n)
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for n in range(2):
+                    tg.start_soon(caller, n)
+        assert q.database.identity is None  # never needed
+        assert await pool.fetchval("SELECT count(*) FROM aioqueue.jobs") == 2
+
+
+async def test_a_server_restart_between_two_enqueues_is_no_reason_to_refuse() -> None:
+    """The server's start time is part of what names a database: after a restart the Queue's
+    answer is stale, so both sides are asked again before a refusal."""
+    from .fault_tools import owned_server
+
+    async with owned_server() as server:
+        q = aioqueue.Queue(server.dsn)
+        charge = _register(q)
+        for n in range(2):
+            conn = await asyncpg.connect(server.dsn)
+            try:
+                async with conn.transaction():
+                    await charge.options(conn=conn).enqueue(amount=n)
+                assert await conn.fetchval("SELECT count(*) FROM aioqueue.jobs") == n + 1
+            finally:
+                await conn.close()
+            if n == 0:
+                before = q.database.identity
+                await server.stop()
+                await server.start()
+        assert before is not None and q.database.identity is not None
+        assert before.name == q.database.identity.name and before.started < q.database.identity.started
+        assert "over a local socket" in str(before)
 
 
 # -- 9. The examples ----------------------------------------------------------------------------

@@ -63,6 +63,41 @@ async def test_enqueue_in_transactions_under_concurrency(pooled_dsn: str, db: as
         assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 8 * 10 * 5
 
 
+async def test_the_apps_direct_connection_may_carry_jobs_of_a_queue_behind_the_pooler(
+    dsn: str, pooled_dsn: str, db: asyncpg.Connection
+) -> None:
+    """The same database, reached through PgBouncer by the Queue and directly by the app, is
+    one database: its jobs are written, on every path, async and sync."""
+    import psycopg
+
+    async with aioqueue.Queue(pooled_dsn, pooler=True) as q:
+
+        @q.task
+        async def job(n: int) -> None:
+            pass
+
+        async with db.transaction():
+            await job.options(conn=db).enqueue(1)
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            await job.options(conn=aconn).enqueue_many([{"n": 2}, {"n": 3}])
+            await aconn.commit()
+        async with q.pool.acquire() as through, through.transaction():  # and the pooler's, of course
+            await job.options(conn=through).enqueue(4)
+
+    def sync_path() -> None:
+        fresh = aioqueue.Queue(pooled_dsn, pooler=True)  # never opened: asked through the pooler
+        job = fresh.task(name="job")(_job)
+        with psycopg.connect(dsn) as conn, conn.transaction():
+            job.options(conn=conn).enqueue_sync(5)
+
+    await anyio.to_thread.run_sync(sync_path)
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 5
+
+
+async def _job(n: int) -> None:
+    pass
+
+
 async def test_workers_drain_retry_and_return_results_through_the_pooler(
     pooled_dsn: str, db: asyncpg.Connection
 ) -> None:
