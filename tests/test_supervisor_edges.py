@@ -65,31 +65,13 @@ async def test_an_early_sigterm_exits_cleanly_with_no_orphans(
     assert _children_of(process.pid) == []
 
 
-HELD_AT_IMPORT = '''
-"""Two Queues whose worker processes stop while importing this module until the test lets them go."""
-import os
+HELD_AT_IMPORT = TWO_QUEUES + '''
+# A process that will run workers (not a supervisor) says it is here, then waits for the test:
+# a signal the test sends meanwhile reaches it at this known point of its start.
 import sys
 import time
 from pathlib import Path
 
-import aioqueue
-
-app = aioqueue.Queue(os.environ["AIOQUEUE_DSN"])
-heavy = aioqueue.Queue(os.environ["HEAVY_DSN"])
-
-
-@app.task(queue="mail")
-async def send_mail() -> None:
-    pass
-
-
-@heavy.task(queue="thumbnails")
-async def thumbnail() -> None:
-    pass
-
-
-# A process that will run workers (not a supervisor) says it is here, then waits for the test:
-# a signal the test sends meanwhile reaches it at this known point of its start.
 if "--supervised-by" in sys.argv or "--processes" not in sys.argv:
     markers = Path(os.environ["MARKERS"])
     (markers / f"importing-{os.getpid()}").touch()
