@@ -34,6 +34,7 @@ from .security import (
     Authorizer,
     allowed,
     basic_user,
+    check_credentials,
     credentials_from_env,
     csrf_ok,
     csrf_token,
@@ -387,10 +388,11 @@ def create_app(
     refreshes while the page is visible (0: never). Opens ``queue`` on the first request if it
     is not open yet.
     """
+    basic = check_credentials(credentials) if credentials is not None else credentials_from_env()
     dashboard = Dashboard(
         queue,
         auth=auth,
-        credentials=credentials if credentials is not None else credentials_from_env(),
+        credentials=basic,
         read_only=read_only,
         refresh=refresh,
         page_size=page_size,

@@ -26,6 +26,33 @@ CSRF_COOKIE = "aioqueue_csrf"
 CSRF_FIELD = "csrf"
 
 
+def check_credentials(
+    value: object, user_name: str = "the user", password_name: str = "the password"
+) -> tuple[str, str] | None:
+    """Return ``value`` if it is usable HTTP basic credentials, a ``(user, password)`` tuple of
+    two non-empty str with no ``:`` in the user (everything after the first ``:`` is the
+    password), or None for none; else raise, naming what is wrong (never the password)."""
+    if value is None:
+        return None
+    if not isinstance(value, tuple) or len(value) != 2:
+        shape = f"a {len(value)}-item tuple" if isinstance(value, tuple) else f"a {type(value).__name__}"
+        raise ConfigurationError(
+            f"credentials must be a (user, password) tuple of two non-empty str, or None; got {shape}"
+        )
+    user, password = value
+    if not isinstance(user, str) or not user:
+        raise ConfigurationError(f"{user_name} must be a non-empty str, got {user!r}")
+    if ":" in user:
+        raise ConfigurationError(
+            f"{user_name} {user!r} contains ':', which HTTP basic authentication cannot carry in a "
+            "user name (everything after the first ':' is the password)"
+        )
+    if not isinstance(password, str) or not password:
+        given = "an empty str" if password == "" else f"a {type(password).__name__}"
+        raise ConfigurationError(f"{password_name} must be a non-empty str, got {given}")
+    return user, password
+
+
 def credentials_from_env() -> tuple[str, str] | None:
     """The basic credentials in AIOQUEUE_DASHBOARD_USER/_PASSWORD; None when neither is set."""
     user, password = os.environ.get(USER_ENV), os.environ.get(PASSWORD_ENV)
@@ -33,7 +60,7 @@ def credentials_from_env() -> tuple[str, str] | None:
         return None
     if not user or not password:
         raise ConfigurationError(f"set both {USER_ENV} and {PASSWORD_ENV}, or neither")
-    return user, password
+    return check_credentials((user, password), USER_ENV, PASSWORD_ENV)
 
 
 def basic_user(request: Request, credentials: tuple[str, str]) -> str | None:
