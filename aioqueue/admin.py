@@ -25,6 +25,7 @@ from .checks import check_int, check_job_id, check_job_ids, check_limit, check_n
 from .errors import ConfigurationError, JobCancelled, JobFailed, ResultUnavailable
 from .job import JobInfo
 from .notifier import Notifier
+from .payload import check_json
 from .signal import Flag
 
 if TYPE_CHECKING:
@@ -64,8 +65,10 @@ class JobFilter:
             check_name("queue name", self.queue)
         if self.task is not None:
             check_name("task name", self.task)
-        if self.args is not None and not isinstance(self.args, dict):
-            raise ConfigurationError(f"args must be a JSON object (a dict), got {self.args!r}")
+        if self.args is not None:
+            if not isinstance(self.args, dict):
+                raise ConfigurationError(f"args must be a JSON object (a dict), got {self.args!r}")
+            check_json(self.args, "args")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .errors import JobArgumentsError, PayloadTooLargeError
+from .errors import ConfigurationError, JobArgumentsError, PayloadTooLargeError
 
 logger = logging.getLogger("aioqueue.payload")
 
@@ -118,6 +118,16 @@ def _problem(value: Any, path: str) -> str | None:
         if found:
             return found
     return None
+
+
+def check_json(value: Any, path: str) -> Any:
+    """Return ``value`` if JSON and jsonb can hold all of it, else raise
+    :class:`~aioqueue.ConfigurationError` naming the first part (under ``path``) that they
+    cannot: for values other than job arguments that are sent as jsonb, such as a filter."""
+    found = _problem(value, path)
+    if found:
+        raise ConfigurationError(found)
+    return value
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)

@@ -1,6 +1,7 @@
 """The dashboard's routes: pages that read through :class:`~aioqueue.admin.Admin` and actions
 (POST, CSRF-checked, confirmed when destructive, logged) that steer through it. Nothing a
-request carries reaches SQL text: every value is a parameter of Admin's named statements.
+request carries reaches SQL text: every value is read through :mod:`.inputs` and is a
+parameter of Admin's named statements.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..admin import JOB_STATUSES, BulkAction, JobFilter
+from ..admin import JOB_STATUSES, BulkAction
 from ..errors import AioqueueError, ConfigurationError
-from . import charts
+from . import charts, inputs
+from .inputs import FILTER_FIELDS
 from .security import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -182,18 +184,14 @@ class Dashboard:
         await self._who(request, "view")
         await self._open()
         params = request.query_params
-        job_id = params.get("id", "").strip()
-        if job_id:
-            if job_id.isdigit() and 0 < int(job_id) < 2**63:
-                return RedirectResponse(request.url_for("job", job_id=int(job_id)).path, 303)
-            error = f"a job id is a whole number from 1 to 2**63-1, not {job_id!r}"
-            return self.render(request, "jobs.html", 400, nav=nav, filters=dict(params), jobs=[],
-                               next_before=None, searched=None, error=error, status=default_status)
-        filters = {k: params.get(k, "").strip() for k in ("status", "queue", "task", "args")}
+        filters = {k: params.get(k, "").strip() for k in FILTER_FIELDS}
         filters["status"] = filters["status"] or default_status
         try:
-            where = _job_filter(filters)
-            before = _before(params.get("before", ""))
+            if params.get("id", "").strip():
+                job_id = inputs.job_id(params["id"])
+                return RedirectResponse(request.url_for("job", job_id=job_id).path, 303)
+            where = inputs.job_filter(filters)
+            before = inputs.before(params.get("before", ""))
             page = await self.admin.list_jobs(where, before=before, limit=self.page_size)
         except ConfigurationError as exc:
             return self.render(request, "jobs.html", 400, nav=nav, filters=filters, jobs=[],
@@ -204,10 +202,15 @@ class Dashboard:
 
     async def job_page(self, request: Request) -> Response:
         await self._who(request, "view")
+        try:
+            job_id = inputs.job_id(request.path_params["job_id"])
+        except ConfigurationError as exc:
+            return self.render(request, "refused.html", 400, nav="jobs", heading="No such job id",
+                               error=str(exc), nothing_changed=False, back=request.url_for("jobs").path)
         await self._open()
-        job = await self.admin.job_detail(_path_id(request))
+        job = await self.admin.job_detail(job_id)
         if job is None:
-            return self.render(request, "missing.html", 404, nav="jobs", job_id=_path_id(request))
+            return self.render(request, "missing.html", 404, nav="jobs", job_id=job_id)
         return self.render(request, "job.html", nav="jobs", job=job)
 
     async def periodic_page(self, request: Request) -> Response:
@@ -246,12 +249,12 @@ class Dashboard:
         scope = str(form.get("scope", "ids"))
         try:
             if scope == "filter":
-                where = _job_filter({k: str(form.get(k, "")).strip() for k in ("status", "queue", "task", "args")})
+                where = inputs.job_filter({k: str(form.get(k, "")).strip() for k in FILTER_FIELDS})
                 target = f"every {where.status} job" + "".join(
                     f" {k}={v!r}" for k, v in (("queue", where.queue), ("task", where.task), ("args", where.args))
                     if v is not None)
             else:
-                ids = [int(str(v)) for v in form.getlist("ids") if str(v).isdigit()]
+                ids = inputs.job_ids(form.getlist("ids"))
                 if not ids:
                     return _redirect(back, "select at least one job")
                 where, target = None, f"job(s) {', '.join(map(str, ids))}"
@@ -267,8 +270,9 @@ class Dashboard:
                 done = len(await self.admin.cancel_jobs(ids))
             else:
                 done = len(await self.admin.delete_jobs(ids))
-        except (ConfigurationError, ValueError) as exc:
-            return _redirect(back, f"{action} refused: {exc}")
+        except ConfigurationError as exc:
+            return self.render(request, "refused.html", 400, nav="jobs", heading=f"{action.capitalize()} refused",
+                               error=str(exc), nothing_changed=True, back=back)
         logger.info("dashboard: %s %s by %s: %d job(s)", action, target, who, done)
         return _redirect(back, f"{action}: {done} job(s)")
 
@@ -286,8 +290,8 @@ class Dashboard:
                 await self.admin.set_paused(name, action == "pause")
                 done = f"{action}d queue {name}"
             else:
-                concurrency = _optional_int(form.get("concurrency"), "concurrency")
-                rate_count = _optional_int(form.get("rate_count"), "rate count")
+                concurrency = inputs.optional_int(form.get("concurrency"), "concurrency")
+                rate_count = inputs.optional_int(form.get("rate_count"), "rate count")
                 period_text = str(form.get("rate_period", "")).strip()
                 rate = None if rate_count is None else (rate_count, float(period_text or "1"))
                 await self.admin.set_limits(name, concurrency=concurrency, rate=rate)
@@ -296,47 +300,6 @@ class Dashboard:
             return _redirect(back, f"{action} refused: {exc}")
         logger.info("dashboard: %s by %s", done, who)
         return _redirect(back, done)
-
-
-def _job_filter(fields: dict[str, str]) -> JobFilter:
-    args: dict[str, Any] | None = None
-    if fields.get("args"):
-        try:
-            parsed = json.loads(fields["args"])
-        except ValueError as exc:
-            raise ConfigurationError(f"the arguments filter is not JSON: {exc}") from None
-        if not isinstance(parsed, dict):
-            raise ConfigurationError('the arguments filter must be a JSON object, such as {"user": 7}')
-        args = parsed
-    status = fields.get("status") or "pending"
-    if status not in JOB_STATUSES:
-        raise ConfigurationError(f"status must be one of {', '.join(JOB_STATUSES)}")
-    return JobFilter(status=status, queue=fields.get("queue") or None,
-                     task=fields.get("task") or None, args=args)
-
-
-def _before(text: str) -> int | None:
-    if not text:
-        return None
-    if not text.isdigit() or not 0 < int(text) < 2**63:
-        raise ConfigurationError(f"before must be a job id, not {text!r}")
-    return int(text)
-
-
-def _optional_int(value: object, what: str) -> int | None:
-    text = str(value or "").strip()
-    if not text:
-        return None
-    if not text.isdigit():
-        raise ValueError(f"{what} must be a whole number, not {text!r}")
-    return int(text)
-
-
-def _path_id(request: Request) -> int:
-    job_id: int = request.path_params["job_id"]
-    if not 0 < job_id < 2**63:
-        raise HTTPException(404, "no such job")
-    return job_id
 
 
 def _back(request: Request, form: FormData) -> str:
@@ -413,7 +376,7 @@ def create_app(
         routes=[
             Route("/", dashboard.queues_page, name="queues"),
             Route("/jobs", dashboard.jobs_page, name="jobs"),
-            Route("/jobs/{job_id:int}", dashboard.job_page, name="job"),
+            Route("/jobs/{job_id}", dashboard.job_page, name="job"),
             Route("/dead", dashboard.dead_page, name="dead"),
             Route("/periodic", dashboard.periodic_page, name="periodic"),
             Route("/workers", dashboard.workers_page, name="workers"),
