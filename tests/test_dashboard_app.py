@@ -28,7 +28,11 @@ HOSTILE = '<script>alert("x")</script> \' " &amp;'
 
 
 def client_for(app: Any, prefix: str = "") -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://dash.test" + prefix)
+    """A client of ``app`` in process, as a browser on the loopback address it is served at:
+    every request says it comes from there (``Origin``), as a browser's forms do."""
+    served = "http://127.0.0.1:8000"
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=served + prefix,
+                             headers={"origin": served})
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The dashboard's routes: pages that read through :class:`~aioqueue.admin.Admin` and actions
-(POST, CSRF-checked, confirmed when destructive, logged) that steer through it. Nothing a
-request carries reaches SQL text: every value is read through :mod:`.inputs` and is a
-parameter of Admin's named statements.
+(POST, checked for their origin and CSRF token, confirmed when destructive, logged) that steer
+through it. Nothing a request carries reaches SQL text: every value is read through
+:mod:`.inputs` and is a parameter of Admin's named statements.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import datetime
 import json
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -21,6 +21,7 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -34,12 +35,15 @@ from .security import (
     CSRF_COOKIE,
     CSRF_FIELD,
     Authorizer,
+    HostGuard,
+    ServedHosts,
     allowed,
     basic_user,
     check_credentials,
     credentials_from_env,
     csrf_ok,
     csrf_token,
+    from_served_origin,
 )
 
 if TYPE_CHECKING:
@@ -68,6 +72,7 @@ class Dashboard:
         *,
         auth: Authorizer | None,
         credentials: tuple[str, str] | None,
+        hosts: ServedHosts,
         read_only: bool,
         refresh: float,
         page_size: int,
@@ -78,6 +83,7 @@ class Dashboard:
         self.admin = queue.admin
         self.auth = auth
         self.credentials = credentials
+        self.hosts = hosts
         self.read_only = read_only
         self.refresh = refresh
         self.page_size = page_size
@@ -231,6 +237,11 @@ class Dashboard:
         if self.read_only:
             raise HTTPException(403, "this dashboard is read-only")
         who = await self._who(request, action)
+        if not from_served_origin(request, self.hosts):
+            raise HTTPException(
+                403, "the form did not come from this dashboard: its Origin (or Referer) header must "
+                "name the address the dashboard is served at",
+            )
         form = await request.form()
         if not csrf_ok(request, form.get(CSRF_FIELD)):
             raise HTTPException(403, "the form's CSRF token is missing or wrong: reload the page and try again")
@@ -335,6 +346,7 @@ def create_app(
     *,
     auth: Authorizer | None = None,
     credentials: tuple[str, str] | None = None,
+    allowed_hosts: Iterable[str] | None = None,
     read_only: bool = False,
     refresh: float = 5.0,
     page_size: int = 50,
@@ -347,15 +359,23 @@ def create_app(
     do an action (``retry``, ``cancel``, ``delete``, ``pause``, ``resume``, ``limits``).
     ``credentials`` (user, password), else AIOQUEUE_DASHBOARD_USER and _PASSWORD from the
     environment, require HTTP basic authentication; with both, a request needs both.
+    ``allowed_hosts`` lists the hosts the app answers (its requests' ``Host``), each a name or
+    ``name:port`` (a name alone matches requests that give no port, as browsers send 80 and
+    443); forms must come from one of them (their ``Origin``). By default, with neither
+    ``auth`` nor ``credentials``, it answers only 127.0.0.1, localhost and [::1] on the port
+    its server listens on, so that a page whose name resolves to 127.0.0.1 (DNS rebinding)
+    can neither read nor steer it; with either, any host, forms coming from the host asked for.
     ``read_only`` hides and refuses every action. ``refresh`` is the seconds between page
     refreshes while the page is visible (0: never). Opens ``queue`` on the first request if it
     is not open yet.
     """
     basic = check_credentials(credentials) if credentials is not None else credentials_from_env()
+    hosts = ServedHosts(allowed_hosts, loopback=auth is None and basic is None)
     dashboard = Dashboard(
         queue,
         auth=auth,
         credentials=basic,
+        hosts=hosts,
         read_only=read_only,
         refresh=refresh,
         page_size=page_size,
@@ -373,6 +393,7 @@ def create_app(
 
     app = Starlette(
         lifespan=lifespan,
+        middleware=[Middleware(HostGuard, hosts=hosts)],
         routes=[
             Route("/", dashboard.queues_page, name="queues"),
             Route("/jobs", dashboard.jobs_page, name="jobs"),
