@@ -7,38 +7,19 @@ from __future__ import annotations
 
 import base64
 import math
-import re
 import secrets
-import socket
 from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 import pytest
 
 import aioqueue
 from aioqueue.admin import JobFilter
 from aioqueue.dashboard import create_app
 
-from .cli_tools import aioqueue_cli, cli_process
-from .helpers import eventually
-
-SERVED = "http://127.0.0.1:8000"
-
-
-def client_for(app: Any, base_url: str = SERVED, **headers: str) -> httpx.AsyncClient:
-    """A client of ``app`` in process; the ASGI scope's server is ``base_url``'s host and port,
-    as a server bound there would give."""
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=base_url, headers=headers)
-
-
-async def token_of(client: httpx.AsyncClient, page: str = "/") -> str:
-    response = await client.get(page)
-    assert response.status_code == 200, response.text
-    found = re.search(r'name="csrf" value="([^"]+)"', response.text)
-    assert found, "no CSRF token in the page"
-    return found.group(1)
+from .cli_tools import aioqueue_cli, dashboard_process, free_port
+from .dashboard_tools import SERVED, client_for, csrf, kill
 
 
 @pytest.fixture
@@ -48,18 +29,6 @@ async def send(q: aioqueue.Queue) -> aioqueue.Task[..., None]:
         pass
 
     return send
-
-
-async def kill(db: asyncpg.Connection, job_id: int) -> None:
-    await db.execute("UPDATE aioqueue.jobs SET status = 'dead', attempts = 5, last_error = 'boom' WHERE id = $1",
-                     job_id)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 # -- credentials ---------------------------------------------------------------------------------
@@ -123,7 +92,7 @@ async def test_a_bad_filter_gets_a_400_naming_it_and_changes_nothing(
     ids = [await send.enqueue(to="a", n=i) for i in range(3)]
     await kill(db, ids[0])
     async with client_for(create_app(q)) as client:
-        token = await token_of(client)
+        token = await csrf(client)
         for text, why in BAD_FILTERS:
             for page in ("/jobs", "/dead"):
                 for params in ({"args": text}, {"args": text, "before": str(ids[-1])}):
@@ -148,7 +117,7 @@ async def test_a_bad_id_gets_a_400_naming_it_and_changes_nothing(
 ) -> None:
     job_id = await send.enqueue(to="a")
     async with client_for(create_app(q)) as client:
-        token = await token_of(client)
+        token = await csrf(client)
         for bad in BAD_IDS:
             for page, params in (("/jobs", {"id": bad}), ("/jobs", {"before": bad}), ("/dead", {"before": bad}),
                                  (f"/jobs/{bad}", {})):
@@ -175,44 +144,33 @@ async def test_a_rebinding_page_can_neither_read_a_token_nor_delete_a_job(
     page on rebind.evil.example whose name now resolves to 127.0.0.1. The browser sends that
     name as Host and Origin; the page may even have set its own CSRF cookie for its name."""
     job_id = await send.enqueue(to="victim@x")
-    port = free_port()
-    async with cli_process(["dashboard", "--port", str(port)], dsn, tmp_path) as (_process, output):
-        await output.wait_for("serving the aioqueue dashboard")
+    async with dashboard_process(dsn, tmp_path) as (client, port):
         evil = f"rebind.evil.example:{port}"
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        read = await client.get(f"/jobs/{job_id}", headers={"host": evil})
+        assert read.status_code == 400 and "rebind.evil.example" in read.text
+        assert 'name="csrf"' not in read.text and "set-cookie" not in read.headers
 
-            async def up() -> bool:
-                try:
-                    return (await client.get("/")).status_code == 200
-                except httpx.TransportError:
-                    return False
+        minted = secrets.token_urlsafe(32)  # a cookie the page's own server set for its name
+        delete = await client.post(
+            "/actions/jobs",
+            data={"action": "delete", "ids": str(job_id), "csrf": minted, "confirmed": "1"},
+            headers={"host": evil, "origin": f"http://{evil}", "cookie": f"aioqueue_csrf={minted}"},
+        )
+        assert delete.status_code == 400
+        assert await q.get_job(job_id) is not None
 
-            await eventually(up, timeout=20, interval=0.1, what="the dashboard to answer")
-            read = await client.get(f"/jobs/{job_id}", headers={"host": evil})
-            assert read.status_code == 400 and "rebind.evil.example" in read.text
-            assert 'name="csrf"' not in read.text and "set-cookie" not in read.headers
-
-            minted = secrets.token_urlsafe(32)  # a cookie the page's own server set for its name
-            delete = await client.post(
-                "/actions/jobs",
-                data={"action": "delete", "ids": str(job_id), "csrf": minted, "confirmed": "1"},
-                headers={"host": evil, "origin": f"http://{evil}", "cookie": f"aioqueue_csrf={minted}"},
-            )
-            assert delete.status_code == 400
-            assert await q.get_job(job_id) is not None
-
-            # The served names still work, and only forms from the served address act.
-            for name in ("127.0.0.1", "localhost"):
-                assert (await client.get("/", headers={"host": f"{name}:{port}"})).status_code == 200
-            token = await token_of(client)
-            form = {"action": "delete", "ids": str(job_id), "csrf": token, "confirmed": "1"}
-            other_port = await client.post("/actions/jobs", data=form,
-                                           headers={"origin": f"http://127.0.0.1:{free_port()}"})
-            assert other_port.status_code == 403
-            assert await q.get_job(job_id) is not None
-            done = await client.post("/actions/jobs", data=form, headers={"origin": f"http://127.0.0.1:{port}"})
-            assert done.status_code == 303
-            assert await q.get_job(job_id) is None
+        # The served names still work, and only forms from the served address act.
+        for name in ("127.0.0.1", "localhost"):
+            assert (await client.get("/", headers={"host": f"{name}:{port}"})).status_code == 200
+        token = await csrf(client)
+        form = {"action": "delete", "ids": str(job_id), "csrf": token, "confirmed": "1"}
+        other_port = await client.post("/actions/jobs", data=form,
+                                       headers={"origin": f"http://127.0.0.1:{free_port()}"})
+        assert other_port.status_code == 403
+        assert await q.get_job(job_id) is not None
+        done = await client.post("/actions/jobs", data=form, headers={"origin": f"http://127.0.0.1:{port}"})
+        assert done.status_code == 303
+        assert await q.get_job(job_id) is None
 
 
 async def test_without_credentials_only_loopback_names_on_the_served_port_are_answered(q: aioqueue.Queue) -> None:
@@ -238,7 +196,7 @@ async def test_forms_must_come_from_the_served_address(
     job_id = await send.enqueue(to="a")
     await kill(db, job_id)
     async with client_for(create_app(q)) as client:
-        token = await token_of(client)
+        token = await csrf(client)
         form = {"action": "retry", "ids": str(job_id), "csrf": token}
         for headers in ({"origin": "null"}, {"origin": "http://rebind.evil.example:8000"},
                         {"origin": "http://127.0.0.1:9000"}, {"origin": "file://"},
@@ -262,7 +220,7 @@ async def test_allowed_hosts_names_what_a_dashboard_behind_a_proxy_answers(
 ) -> None:
     app = create_app(q, allowed_hosts=["queue.internal.example", "Ops.Example:8443"])
     async with client_for(app, "https://queue.internal.example") as client:
-        token = await token_of(client)
+        token = await csrf(client)
         done = await client.post("/actions/queues", data={"action": "pause", "queue": "mail", "csrf": token},
                                  headers={"origin": "https://queue.internal.example"})
         assert done.status_code == 303
@@ -285,7 +243,7 @@ async def test_with_credentials_any_host_is_answered_and_forms_must_come_from_it
     job_id = await send.enqueue(to="a")
     async with client_for(create_app(q, credentials=("ops", "s3cret")), "https://queue.example.com",
                           authorization=auth) as client:
-        token = await token_of(client)
+        token = await csrf(client)
         form = {"action": "delete", "ids": str(job_id), "csrf": token, "confirmed": "1"}
         for headers in ({"origin": "null"}, {"origin": "https://evil.example"}, {}):
             assert (await client.post("/actions/jobs", data=form, headers=headers)).status_code == 403, headers
