@@ -35,3 +35,10 @@ autodoc_default_options = {"members": True, "show-inheritance": False}
 html_theme = "furo"
 html_title = f"aioqueue {release}"
 pygments_style = "sphinx"
+
+
+def setup(app: object) -> None:
+    """Highlight ``sql`` blocks as PostgreSQL's dialect (dollar-quoted function bodies)."""
+    from pygments.lexers.sql import PostgresLexer
+
+    app.add_lexer("sql", PostgresLexer)  # type: ignore[attr-defined]

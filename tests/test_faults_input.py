@@ -219,7 +219,7 @@ def test_options_are_stored_exactly_or_refused_writing_nothing(harness: Harness,
 
 
 @pytest.mark.xfail(strict=True, reason="jsonb stores numbers as numeric and prints 1e23 as a 24-digit "
-                   "integer, so floats of magnitude >= 1e16 reach the handler as ints (README: Reliability)")
+                   "integer, so floats of magnitude >= 1e16 reach the handler as ints (docs: Reliability)")
 async def test_large_floats_reach_the_handler_as_floats(q: aioqueue.Queue) -> None:
     received: list[Any] = []
 
