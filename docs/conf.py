@@ -34,7 +34,6 @@ autodoc_default_options = {"members": True, "show-inheritance": False}
 
 html_theme = "furo"
 html_title = f"aioqueue {release}"
-pygments_style = "sphinx"
 
 
 def setup(app: object) -> None:
