@@ -74,9 +74,9 @@ async def test_heartbeat_never_waits_for_a_row_lock(q: aioqueue.Queue, db: async
                                  timeout=5, what="heartbeats to go on while a row is locked")
                 assert await db.fetchval(lease_sql, b) > b_before  # the free row was renewed
                 assert await db.fetchval(lease_sql, a) == a_before  # the locked one skipped...
-            # ...and is not taken for lost: its handler still runs, and its lease is renewed
-            # once the lock is gone.
-            assert (a, 1) in (worker.executor.running if worker.executor else {})
+                # ...and not taken for lost: its handler still runs while the lock is held...
+                assert (a, 1) in (worker.executor.running if worker.executor else {})
+            # ...and its lease is renewed once the lock is gone.
             await eventually(lambda: _later(db, lease_sql, a, a_before), what="the skipped lease to be renewed")
         finally:
             await locker.close()
