@@ -29,6 +29,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..admin import JOB_STATUSES, BulkAction
 from ..errors import AioqueueError, ConfigurationError
+from ..payload import UndecodableValue
 from . import charts, inputs
 from .inputs import FILTER_FIELDS
 from .security import (
@@ -99,8 +100,8 @@ class Dashboard:
         self.templates.filters["age"] = _age
         self.templates.filters["when"] = _when
         self.templates.filters["count"] = lambda n: f"{n:,}+" if n >= self.count_bound else f"{n:,}"
-        self.templates.filters["json"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str)
-        self.templates.filters["compact"] = lambda v: json.dumps(v, ensure_ascii=False, default=str)
+        self.templates.filters["json"] = lambda v: _json_text(v, indent=2)
+        self.templates.filters["compact"] = _json_text
         self.templates.filters["first_line"] = lambda t: (t or "").strip().splitlines()[0][:200] if t else ""
 
     @property
@@ -327,6 +328,13 @@ def _redirect(back: str, notice: str) -> RedirectResponse:
     kept = [p for p in query.split("&") if p and not p.startswith("notice=")]
     kept.append(urlencode({"notice": notice}))
     return RedirectResponse(f"{path}?{'&'.join(kept)}", 303)
+
+
+def _json_text(value: Any, indent: int | None = None) -> str:
+    """A stored value as a page shows it: JSON, or what stands for a value that cannot be read."""
+    if isinstance(value, UndecodableValue):
+        return str(value)
+    return json.dumps(value, indent=indent, ensure_ascii=False, default=str)
 
 
 def _age(seconds: float | None) -> str:
