@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from .checks import item_of
 from .errors import ConfigurationError, JobArgumentsError, PayloadTooLargeError
 
 logger = logging.getLogger("aioqueue.payload")
@@ -206,10 +207,12 @@ def encode_args(task: str, args: dict[str, Any], max_bytes: int) -> str:
     return text
 
 
-def encode_args_array(task: str, calls: list[dict[str, Any]], max_bytes: int, call: str, first: int = 0) -> str:
+def encode_args_array(
+    task: str, calls: list[dict[str, Any]], max_bytes: int, call: str, first: int = 0, total: int | None = None
+) -> str:
     """Return many jobs' arguments as one JSON array (each element as :func:`encode_args` would
     write it), or raise naming the first offending item of ``call`` (``calls[0]`` being its item
-    ``first``) and its argument.
+    ``first``, from 0, of ``total``: by default, ``calls`` is the whole call) and its argument.
 
     The batch is encoded in one call, which costs a fifth of encoding it job by job; the checks
     :func:`encode_args` makes on each job's text are made on the whole array where that proves
@@ -233,7 +236,8 @@ def encode_args_array(task: str, calls: list[dict[str, Any]], max_bytes: int, ca
         try:
             texts.append(encode_args(task, args, max_bytes))
         except JobArgumentsError as exc:
-            raise type(exc)(f"item {first + i} of {call}: {exc}") from None
+            count = len(calls) if total is None else total
+            raise type(exc)(f"{item_of(call, first + i, count)}: {exc}") from None
     return "[" + ",".join(texts) + "]"
 
 

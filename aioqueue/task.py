@@ -30,6 +30,7 @@ from .checks import (
     check_name,
     check_run_at,
     check_seconds,
+    item_of,
 )
 from .connections import CallerConnection, Writer, writer_for
 from .enqueue import CHUNK, Batch
@@ -195,6 +196,7 @@ class Task(_Enqueues[P, R]):
         """Check a call against the signature and return its arguments by name."""
         if not args and self._fits(kwargs):
             return dict(kwargs)
+        check_argument_names(self.name, kwargs)
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -254,6 +256,17 @@ class Task(_Enqueues[P, R]):
 _STR_ONLY = frozenset({str})
 
 
+def check_argument_names(task: str, kwargs: Mapping[Any, Any]) -> None:
+    """Refuse arguments by name whose names are not all str, naming the task and the name (a
+    mapping of arguments given as data can hold any key; Python's ``**`` would refuse it with no
+    name at all)."""
+    for name in kwargs:
+        if not isinstance(name, str):
+            raise JobArgumentsError(
+                f"task {task!r}: argument names must be str, got {name!r}; the arguments are a JSON object"
+            )
+
+
 class NamedTask(_Enqueues[..., Any]):
     """A task known only by name, as a producer without the handler's code sees it.
 
@@ -290,11 +303,7 @@ class NamedTask(_Enqueues[..., Any]):
             return self._local.named_args(args, kwargs, headers)
         if args:
             raise JobArgumentsError(f"task {self.name!r}: arguments by name are keyword arguments only")
-        for name in kwargs:
-            if not isinstance(name, str):
-                raise JobArgumentsError(
-                    f"task {self.name!r}: argument names must be str, got {name!r}; the arguments are a JSON object"
-                )
+        check_argument_names(self.name, kwargs)
         named = dict(kwargs)
         if headers:
             named[HEADERS_KEY] = dict(headers)
@@ -447,13 +456,13 @@ class Enqueuer(Generic[P, R]):
         for i, item in enumerate(calls):
             if not isinstance(item, Mapping):
                 raise JobArgumentsError(
-                    f"task {self.task.name!r}: item {i} of enqueue_many is a "
+                    f"task {self.task.name!r}: {item_of('enqueue_many', i, len(calls))} is a "
                     f"{type(item).__name__}, not a mapping of keyword arguments"
                 )
             try:
                 named.append(self.task.named_args((), item, headers))
             except JobArgumentsError as exc:
-                raise type(exc)(f"item {i} of enqueue_many: {exc}") from None
+                raise type(exc)(f"{item_of('enqueue_many', i, len(calls))}: {exc}") from None
         return named
 
     def _encode(self, named: list[dict[str, Any]]) -> list[str]:
@@ -461,6 +470,6 @@ class Enqueuer(Generic[P, R]):
         ``payload.encode_args_array``): one per statement."""
         name, limit = self.task.name, self.task.app.max_payload_bytes
         return [
-            payload.encode_args_array(name, named[at : at + CHUNK], limit, "enqueue_many", first=at)
+            payload.encode_args_array(name, named[at : at + CHUNK], limit, "enqueue_many", first=at, total=len(named))
             for at in range(0, len(named), CHUNK)
         ]

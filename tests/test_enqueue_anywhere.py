@@ -321,6 +321,24 @@ async def test_by_name_runs_where_the_handler_lives_and_bad_arguments_go_dead(
             await service.enqueue_by_name("billing.charge", {"amonut": 1})
 
 
+async def test_argument_names_that_are_not_str_are_refused_naming_task_and_name(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    charge = _register(q)
+    message = r"task 'billing\.charge': argument names must be str, got 1; the arguments are a JSON object"
+    async with aioqueue.Queue(q.dsn) as producer:  # without the handler, and (q) with it
+        for queue in (producer, q):
+            with pytest.raises(aioqueue.JobArgumentsError, match=message):
+                await queue.enqueue_by_name("billing.charge", {1: 2}, queue="mail")  # type: ignore[dict-item]
+            with pytest.raises(aioqueue.JobArgumentsError, match=r"enqueue_many: item 2 of 2: " + message):
+                await queue.enqueue_many_by_name(
+                    "billing.charge", [{"amount": 1}, {1: 2}], queue="mail"  # type: ignore[dict-item]
+                )
+    with pytest.raises(aioqueue.JobArgumentsError, match=r"enqueue_many: item 1 of 1: " + message):
+        await charge.enqueue_many([{1: 2}])  # type: ignore[dict-item]
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+
+
 # -- 5. SQL -----------------------------------------------------------------------------------
 
 
