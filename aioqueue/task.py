@@ -58,7 +58,8 @@ _INT32 = INT32_MAX
 class EnqueueOptions:
     """What one enqueue call writes besides the arguments."""
 
-    queue: str
+    queue: str | None
+    """None: the queue the task's workers recorded (a job enqueued by name, given no queue)."""
     priority: int
     max_attempts: int
     delay: float = 0.0
@@ -72,11 +73,6 @@ class _Enqueues(Generic[P, R]):
 
     name: str
     defaults: EnqueueOptions
-
-    @property
-    def queue(self) -> str:
-        """The queue this task's jobs go to unless an enqueue says otherwise."""
-        return self.defaults.queue
 
     def options(
         self,
@@ -141,8 +137,9 @@ class Task(_Enqueues[P, R]):
         self.app = app
         self.fn = fn
         self.name = check_name("task name", name)
+        self._queue = check_name("queue name", queue)
         self.defaults = EnqueueOptions(
-            queue=check_name("queue name", queue),
+            queue=self._queue,
             priority=check_int("priority", priority, -_INT32, _INT32),
             max_attempts=check_int("max_attempts", max_attempts, 1, 10_000),
         )
@@ -160,8 +157,13 @@ class Task(_Enqueues[P, R]):
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
 
+    @property
+    def queue(self) -> str:
+        """The queue this task's jobs go to unless an enqueue says otherwise."""
+        return self._queue
+
     def __repr__(self) -> str:
-        return f"<Task {self.name!r} queue={self.defaults.queue!r}>"
+        return f"<Task {self.name!r} queue={self.queue!r}>"
 
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run the function now, in this process, without a job."""
@@ -271,8 +273,10 @@ class NamedTask(_Enqueues[..., Any]):
     """A task known only by name, as a producer without the handler's code sees it.
 
     Its arguments are any JSON object of keyword arguments (checked against the signature by
-    the worker that runs it); its defaults are those of ``Queue.task()``, or the registered
-    task's when this process has it.
+    the worker that runs it). Its defaults are the registered task's when this process has it;
+    else those of ``Queue.task()``, except the queue: given none, a job goes to the queue the
+    workers that serve the task recorded, looked up where it is written, and is refused
+    (:class:`~aioqueue.NotRegisteredError`, nothing written) while no such worker has started.
     """
 
     def __init__(self, app: Queue, name: str) -> None:
@@ -281,9 +285,15 @@ class NamedTask(_Enqueues[..., Any]):
         local = app.tasks.get(name)
         self.archive = local.archive if local is not None else False
         self.defaults = local.defaults if local is not None else EnqueueOptions(
-            queue="default", priority=0, max_attempts=5
+            queue=None, priority=0, max_attempts=5
         )
         self._local = local
+
+    @property
+    def queue(self) -> str | None:
+        """The queue this task's jobs go to unless an enqueue says otherwise: the registered
+        task's, or None (the queue its workers recorded, looked up at each enqueue)."""
+        return self.defaults.queue
 
     def __repr__(self) -> str:
         return f"<NamedTask {self.name!r}>"
