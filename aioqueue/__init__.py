@@ -24,6 +24,7 @@ from .errors import (
 )
 from .integrations.background import BackgroundWorker
 from .job import Job, JobInfo, JobRef, current_job
+from .payload import UndecodableValue
 from .retry import Backoff
 from .task import Enqueuer, NamedTask, Task
 from .worker import Worker, WorkerStats
@@ -55,6 +56,7 @@ __all__ = [
     "SchemaNotReadyError",
     "Snooze",
     "Task",
+    "UndecodableValue",
     "Worker",
     "WorkerConfig",
     "WorkerOptions",

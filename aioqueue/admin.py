@@ -23,8 +23,9 @@ import anyio
 from . import maintenance
 from .checks import check_int, check_job_id, check_job_ids, check_limit, check_name, check_rate
 from .errors import ConfigurationError, JobCancelled, JobFailed, ResultUnavailable
-from .job import JobInfo
+from .job import JobInfo, shown_args
 from .notifier import Notifier
+from .payload import UndecodableValue, check_json, decode_shown
 from .signal import Flag
 
 if TYPE_CHECKING:
@@ -64,8 +65,10 @@ class JobFilter:
             check_name("queue name", self.queue)
         if self.task is not None:
             check_name("task name", self.task)
-        if self.args is not None and not isinstance(self.args, dict):
-            raise ConfigurationError(f"args must be a JSON object (a dict), got {self.args!r}")
+        if self.args is not None:
+            if not isinstance(self.args, dict):
+                raise ConfigurationError(f"args must be a JSON object (a dict), got {self.args!r}")
+            check_json(self.args, "args")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -155,8 +158,8 @@ class Admin:
         if row is None:
             return None
         detail = dict(row)
-        detail["args"] = json.loads(row["args"])
-        detail["result"] = None if row["result"] is None else json.loads(row["result"])
+        detail["args"] = shown_args(row["args"])
+        detail["result"] = decode_shown(row["result"], "result")
         return detail
 
     async def list_workers(self, *, expiry: float | None = None) -> list[dict[str, Any]]:
@@ -339,6 +342,8 @@ class Admin:
             raise JobFailed(job_id, info.last_error)
         if info.status == "cancelled":
             raise JobCancelled(f"job {job_id} was cancelled")
+        if isinstance(info.result, UndecodableValue):
+            raise ResultUnavailable(f"job {job_id} succeeded, but its result cannot be read back: {info.result.error}")
         return info.result
 
     async def _final_state(self, job_id: int, wake: Flag, poll_interval: float) -> JobInfo | None:
@@ -376,5 +381,5 @@ def _select_dead(ids: Iterable[int] | None, queue: str | None, all: bool) -> lis
 def _listed(row: Any) -> dict[str, Any]:
     job = dict(row)
     del job["scanned"], job["scanned_to"]
-    job["args"] = json.loads(row["args"])
+    job["args"] = shown_args(row["args"])
     return job

@@ -26,7 +26,7 @@ from .payload import DEFAULT_MAX_PAYLOAD_BYTES
 from .periodic import Missed, Periodic
 from .queries import Queries
 from .retry import Backoff
-from .task import NamedTask, Task, check_name
+from .task import NamedTask, Task, check_argument_names, check_name
 
 if TYPE_CHECKING:
     from .hooks import EnqueueHook
@@ -45,6 +45,7 @@ def _json_object(task: str, args: Mapping[str, Any] | None) -> dict[str, Any]:
             f"task {task!r}: arguments by name must be a JSON object (a mapping of keyword arguments), "
             f"got {type(args).__name__}"
         )
+    check_argument_names(task, args)  # before they become **keywords, which names no key
     return dict(args)
 
 

@@ -51,6 +51,12 @@ def check_key(value: object) -> str:
     return key
 
 
+def item_of(call: str, index: int, count: int) -> str:
+    """How an error names item ``index`` (from 0) of a bulk ``call`` of ``count`` items: counted
+    from 1, with the total, as SQL's ``add_jobs()`` names a job (``job 3 of 5``)."""
+    return f"{call}: item {index + 1} of {count}"
+
+
 def check_keys(keys: object, count: int, call: str) -> list[str | None] | None:
     """Return one checked dedup key (or None) per item of a bulk ``call`` of ``count`` items,
     or None when no item has one; else raise, naming the item."""
@@ -66,7 +72,7 @@ def check_keys(keys: object, count: int, call: str) -> list[str | None] | None:
             try:
                 check_key(key)
             except ConfigurationError as exc:
-                raise ConfigurationError(f"item {i} of {call}: {exc}") from None
+                raise ConfigurationError(f"{item_of(call, i, count)}: {exc}") from None
     return listed if listed.count(None) < count else None
 
 

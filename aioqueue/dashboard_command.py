@@ -24,16 +24,19 @@ def run_dashboard_command(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .dashboard import create_app
-        from .dashboard.security import PASSWORD_ENV, USER_ENV, is_loopback
+        from .dashboard.security import PASSWORD_ENV, USER_ENV, credentials_from_env, is_loopback
     except ImportError as exc:
         raise UsageError(f"the dashboard needs its extra: pip install 'aioqueue[dashboard]' ({exc})") from None
+    # Checked before the app is loaded or the database reached: a typo here is the operator's
+    # to fix, named in one line, whatever else is wrong.
+    credentials = credentials_from_env()
     if args.app is not None:
         queue = load_queue(args.app)
         if getattr(args, "dsn", None) or queue.dsn is None:
             queue.dsn = resolve_dsn(args)
     else:
         queue = Queue(resolve_dsn(args), schema=schema_arg(args), pool_min_size=1, pool_max_size=4)
-    app = create_app(queue, read_only=args.read_only)
+    app = create_app(queue, credentials=credentials, read_only=args.read_only)
     if not app.state.dashboard.protected and not is_loopback(args.host):
         raise UsageError(
             f"refusing to serve the dashboard on {args.host}, a non-loopback address, without "

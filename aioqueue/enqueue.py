@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import database_identity
 from .connections import SCHEMA_SQLSTATES, SYNC_WRITERS, AsyncpgWriter, Writer, sqlstate_of
-from .errors import ConfigurationError, SchemaNotReadyError
+from .errors import ConfigurationError, NotRegisteredError, SchemaNotReadyError
 from .job import Connection
 
 if TYPE_CHECKING:
@@ -149,12 +149,23 @@ def _rows_of_sync(
         raise missing from exc
 
 
+def _written(db: Database, task: JobSource, opts: EnqueueOptions, rows: list[Any]) -> list[Any]:
+    """``rows``, unless the statements wrote nothing because the job has no queue (none given,
+    none recorded by a worker of its task): then refuse the call, naming the task."""
+    if opts.queue is None and not any(row[0] is not None or (len(row) > 1 and row[1]) for row in rows):
+        raise NotRegisteredError(
+            f"task {task.name!r} has no known queue: this Queue does not register it, and no worker that "
+            f"serves it has recorded one (table {db.schema}.tasks); pass queue=..., or start a worker that serves it"
+        )
+    return rows
+
+
 async def insert_one(
     db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | Connection | None
 ) -> int:
     """Write one job and its NOTIFY; return its id (the live job's, when its dedup key is taken)."""
     rows = await _rows_of(db, task, conn, db.queries.enqueue, [one_params(db, task, opts, args)])
-    return int(rows[0][0])
+    return int(_written(db, task, opts, rows)[0][0])
 
 
 async def insert_many(
@@ -162,17 +173,19 @@ async def insert_many(
 ) -> list[int]:
     """Write a bulk call's jobs of one task, all or none, with one NOTIFY (see :data:`CHUNK`);
     return their ids in the order of the call's items."""
-    return batch.ids(await _rows_of(db, task, conn, batch.statement(db), batch.params(db, task, opts)))
+    rows = await _rows_of(db, task, conn, batch.statement(db), batch.params(db, task, opts))
+    return batch.ids(_written(db, task, opts, rows))
 
 
 def insert_one_sync(db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | None) -> int:
     """:func:`insert_one` on a sync connection (psycopg or Django), with no event loop."""
     rows = _rows_of_sync(db, task, conn, db.queries.enqueue, [one_params(db, task, opts, args)])
-    return int(rows[0][0])
+    return int(_written(db, task, opts, rows)[0][0])
 
 
 def insert_many_sync(
     db: Database, task: JobSource, opts: EnqueueOptions, batch: Batch, conn: Writer | None
 ) -> list[int]:
     """:func:`insert_many` on a sync connection (psycopg or Django), with no event loop."""
-    return batch.ids(_rows_of_sync(db, task, conn, batch.statement(db), batch.params(db, task, opts)))
+    rows = _rows_of_sync(db, task, conn, batch.statement(db), batch.params(db, task, opts))
+    return batch.ids(_written(db, task, opts, rows))

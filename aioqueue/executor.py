@@ -230,7 +230,8 @@ class Executor:
             self._fail(job, decide(job, exc), describe_error(exc), task=task, started=started)
         else:
             self._count(job, "succeeded", started)
-            self.completer.succeeded(job, payload.encode_result(result) if task.archive else None)
+            stored = payload.encode_result(result, f"job {job.id} (task {job.task!r})") if task.archive else None
+            self.completer.succeeded(job, stored)
         finally:
             del self.running[claim]
             if attempt_token is not None:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from .payload import UndecodableValue, decode, decode_shown
+
 if TYPE_CHECKING:
     from .app import Queue
 
@@ -42,23 +44,6 @@ class Job:
     created_at: datetime.datetime
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
     """What the enqueuer's hooks attached (a trace context, say); never passed to the handler."""
-
-    @classmethod
-    def from_record(cls, row: asyncpg.Record) -> Job:
-        """Build a claimed job from a row returned by the ``claim`` query."""
-        args = json.loads(row["args"])
-        return cls(
-            id=row["id"],
-            queue=row["queue"],
-            task=row["task"],
-            args=args,
-            priority=row["priority"],
-            attempt=row["attempts"],
-            max_attempts=row["max_attempts"],
-            run_at=row["run_at"],
-            created_at=row["created_at"],
-            headers=(args.pop(HEADERS_KEY, None) or {}) if type(args) is dict else {},
-        )
 
     @classmethod
     def from_records(cls, rows: Sequence[asyncpg.Record]) -> tuple[list[Job], list[Undecodable]]:
@@ -127,37 +112,33 @@ def decode_claimed(rows: Sequence[asyncpg.Record]) -> tuple[list[Job], list[Unde
     good: list[Job] = []
     bad: list[Undecodable] = []
     for row in rows:
-        try:
-            job = Job.from_record(row)
-        except (ValueError, RecursionError) as exc:
-            bad.append(Undecodable(row["id"], row["attempts"], _decode_error(exc)))
-            continue
-        if type(job.args) is not dict:
-            kind = type(job.args).__name__
+        args = decode(row["args"])
+        if isinstance(args, UndecodableValue):
+            bad.append(Undecodable(row["id"], row["attempts"], args.error))
+        elif type(args) is not dict:
+            kind = type(args).__name__
             error = f"TypeError: the stored arguments are a JSON {kind}, not an object of keyword arguments"
-            bad.append(Undecodable(job.id, job.attempt, error))
+            bad.append(Undecodable(row["id"], row["attempts"], error))
         else:
-            good.append(job)
+            good.append(_claimed_job(
+                row["id"], row["queue"], row["task"], args, row["priority"], row["attempts"], row["max_attempts"],
+                row["run_at"], row["created_at"], args.pop(HEADERS_KEY, None) or {},
+            ))
     return good, bad
 
 
-def _decode_error(exc: Exception) -> str:
-    if isinstance(exc, RecursionError):
-        why = "they nest lists and objects deeper than Python's json can decode"
-    else:
-        why = str(exc)
-    return f"UndecodableArguments: the stored arguments cannot be decoded: {why} ({type(exc).__name__})"
-
-
 HEADERS_KEY = "__aioqueue_headers__"
+"""Where a job's headers ride in its stored arguments (no column of their own: no migration)."""
 
 
-def _without_headers(args: Any) -> Any:
-    """A job's stored arguments as its handler gets them: the enqueue hooks' headers left out."""
+def shown_args(text: str) -> Any:
+    """A job's stored arguments as an operator sees them (see :func:`~aioqueue.payload.decode_shown`):
+    as its handler gets them, the enqueue hooks' headers left out."""
+    args = decode_shown(text, "arguments")
     if type(args) is dict:
         args.pop(HEADERS_KEY, None)
     return args
-"""Where a job's headers ride in its stored arguments (no column of their own: no migration)."""
+
 
 _CLAIM_COLUMNS = ("id", "queue", "task", "args", "priority", "attempts", "max_attempts", "run_at", "created_at")
 
@@ -179,7 +160,8 @@ class JobInfo:
     id: int
     queue: str
     task: str
-    args: dict[str, Any]
+    args: dict[str, Any] | UndecodableValue
+    """The job's keyword arguments, or what stands for arguments aioqueue cannot read back."""
     status: str
     priority: int
     attempts: int
@@ -189,6 +171,7 @@ class JobInfo:
     last_error: str | None
     dedup_key: str | None
     result: Any
+    """An archived success's result (an :class:`UndecodableValue` if aioqueue cannot read it back)."""
     finished_at: datetime.datetime | None
 
     @classmethod
@@ -198,7 +181,7 @@ class JobInfo:
             id=row["id"],
             queue=row["queue"],
             task=row["task"],
-            args=_without_headers(json.loads(row["args"])),
+            args=shown_args(row["args"]),
             status=row["status"],
             priority=row["priority"],
             attempts=row["attempts"],
@@ -207,16 +190,25 @@ class JobInfo:
             created_at=row["created_at"],
             last_error=row["last_error"],
             dedup_key=row["dedup_key"],
-            result=None if row["result"] is None else json.loads(row["result"]),
+            result=decode_shown(row["result"], "result"),
             finished_at=row["finished_at"],
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-ready dict (timestamps as ISO 8601)."""
-        out = dataclasses.asdict(self)
-        for key, value in out.items():
+        """Return a JSON-ready dict (timestamps as ISO 8601). Arguments or a result that cannot be
+        read back are None there, and ``undecodable`` maps their field to the reason."""
+        out: dict[str, Any] = {}
+        undecodable: dict[str, str] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
             if isinstance(value, datetime.datetime):
-                out[key] = value.isoformat()
+                value = value.isoformat()
+            elif isinstance(value, UndecodableValue):
+                undecodable[field.name] = value.error
+                value = None
+            out[field.name] = value
+        if undecodable:
+            out["undecodable"] = undecodable
         return out
 
 

@@ -1,22 +1,30 @@
-"""Turn a job's arguments and a handler's result into the JSON text stored in PostgreSQL.
+"""Turn a job's arguments and a handler's result into the JSON text stored in PostgreSQL, and
+that text back into values.
 
 Everything that could make PostgreSQL refuse a payload is caught here, before any write, and
 reported naming the task and the argument: values JSON cannot hold, NaN and infinities, NUL
 characters (``jsonb`` cannot store ``\\u0000``), unpaired surrogates, and oversized payloads.
 Arguments go through JSON as ``json.dumps`` does it: tuples arrive as lists, and int, float,
 bool or None dict keys arrive as strings.
+
+Reading back, a stored value Python cannot decode (anyone may write a row: SQL, another client)
+becomes an :class:`UndecodableValue` saying why, never an exception: the worker buries such a
+job, and every operator view shows it in place of the value and lists the other jobs as usual.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
+import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
-from .errors import JobArgumentsError, PayloadTooLargeError
+from .checks import item_of
+from .errors import ConfigurationError, JobArgumentsError, PayloadTooLargeError
 
 logger = logging.getLogger("aioqueue.payload")
 
@@ -120,6 +128,16 @@ def _problem(value: Any, path: str) -> str | None:
     return None
 
 
+def check_json(value: Any, path: str) -> Any:
+    """Return ``value`` if JSON and jsonb can hold all of it, else raise
+    :class:`~aioqueue.ConfigurationError` naming the first part (under ``path``) that they
+    cannot: for values other than job arguments that are sent as jsonb, such as a filter."""
+    found = _problem(value, path)
+    if found:
+        raise ConfigurationError(found)
+    return value
+
+
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 # The standard library's C encoder, made once: ``json.dumps`` (and ``JSONEncoder.encode`` on a
 # dict) builds a new one per call, which is most of the cost of encoding a small job's
@@ -189,10 +207,12 @@ def encode_args(task: str, args: dict[str, Any], max_bytes: int) -> str:
     return text
 
 
-def encode_args_array(task: str, calls: list[dict[str, Any]], max_bytes: int, call: str, first: int = 0) -> str:
+def encode_args_array(
+    task: str, calls: list[dict[str, Any]], max_bytes: int, call: str, first: int = 0, total: int | None = None
+) -> str:
     """Return many jobs' arguments as one JSON array (each element as :func:`encode_args` would
     write it), or raise naming the first offending item of ``call`` (``calls[0]`` being its item
-    ``first``) and its argument.
+    ``first``, from 0, of ``total``: by default, ``calls`` is the whole call) and its argument.
 
     The batch is encoded in one call, which costs a fifth of encoding it job by job; the checks
     :func:`encode_args` makes on each job's text are made on the whole array where that proves
@@ -216,7 +236,8 @@ def encode_args_array(task: str, calls: list[dict[str, Any]], max_bytes: int, ca
         try:
             texts.append(encode_args(task, args, max_bytes))
         except JobArgumentsError as exc:
-            raise type(exc)(f"item {first + i} of {call}: {exc}") from None
+            count = len(calls) if total is None else total
+            raise type(exc)(f"{item_of(call, first + i, count)}: {exc}") from None
     return "[" + ",".join(texts) + "]"
 
 
@@ -240,9 +261,10 @@ def _deep(args: dict[str, Any]) -> bool:
     return False
 
 
-def encode_result(value: Any) -> str | None:
+def encode_result(value: Any, whose: str = "a job") -> str | None:
     """Return a handler's result as JSON text, or None when it cannot be stored (logged at
-    WARNING with the reason). Never raises: a result must not stop the worker."""
+    WARNING with the reason, naming ``whose`` result it is). Never raises: a result must not stop
+    the worker."""
     if value is None:
         return None
     try:
@@ -250,12 +272,72 @@ def encode_result(value: Any) -> str | None:
     except Exception as exc:  # a broken __eq__/__hash__ and the like: still only a NULL result
         text, found = None, f"{type(exc).__name__}: {exc}"
     if text is None:
-        from .job import current_job  # job.py imports nothing from here; late to keep it so
-
-        try:
-            job = current_job()
-            whose = f"job {job.id} (task {job.task!r})"
-        except LookupError:
-            whose = "a job"
         logger.warning("%s: its result is stored as NULL: %s", whose, found)
     return text
+
+
+# -- reading back ------------------------------------------------------------------------------
+
+#: What a stored value is: a job's arguments or a handler's result.
+Stored = Literal["arguments", "result"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UndecodableValue:
+    """Stands for a stored value (a job's arguments or result) that aioqueue cannot read back:
+    ``error`` says why, in the words of the ``last_error`` a worker gives such a job."""
+
+    error: str
+
+    def __str__(self) -> str:
+        return f"undecodable: {self.error}"
+
+
+def decode(text: str, what: Stored = "arguments") -> Any:
+    """Return stored JSON text (jsonb as text, so valid JSON) as a value, or an
+    :class:`UndecodableValue` when Python cannot decode it: nesting past its recursion limit, or
+    an int of more digits than it converts."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return UndecodableValue(_undecodable(what, "cannot be decoded", _why(exc, what)))
+
+
+# A run of digits long enough to be a number past the largest float (about 1.8e308): jsonb
+# writes numbers without exponents, so such a number is one of these.
+_PAST_FLOATS = re.compile(r"[0-9]{309}")
+
+
+def decode_shown(text: str | None, what: Stored) -> Any:
+    """:func:`decode` for the operator views, which also show as undecodable a value that nests
+    more than ``MAX_DEPTH`` levels deep or holds a number no float holds (which decodes as an
+    infinity). aioqueue never writes either; the views render values with code that recurses
+    per level, with less stack left than the decoder had, and print JSON, which has no
+    infinities. None (no value stored) stays None."""
+    if text is None:
+        return None
+    value = decode(text, what)
+    if isinstance(value, UndecodableValue):
+        return value
+    if text.count("[") + text.count("{") > MAX_DEPTH or _PAST_FLOATS.search(text):
+        found = (
+            _arguments_problem(value)
+            if what == "arguments" and type(value) is dict
+            else _problem(value, "the result" if what == "result" else "the arguments")
+        )
+        if found:
+            why = f"{found} (as Python reads it back; aioqueue writes no such value)"
+            return UndecodableValue(_undecodable(what, "cannot be shown", why))
+    return value
+
+
+def _undecodable(what: Stored, cannot: str, why: str) -> str:
+    kind = "UndecodableArguments" if what == "arguments" else "UndecodableResult"
+    return f"{kind}: the stored {what} {cannot}: {why}"
+
+
+def _why(exc: Exception, what: Stored) -> str:
+    if isinstance(exc, RecursionError):
+        they = "they nest" if what == "arguments" else "it nests"
+        return f"{they} lists and objects deeper than Python's json can decode ({type(exc).__name__})"
+    return f"{exc} ({type(exc).__name__})"

@@ -46,12 +46,15 @@ SELECT current_database(), pg_postmaster_start_time(), host(inet_server_addr()),
 -- name: enqueue
 -- Insert one job and wake the workers of its queue; a live job with the same dedup key is
 -- returned instead of a new one. `inserted` tells which happened. The parameters come in the
--- order of enqueue_many's: $1 queue, $2 task, $3 priority, $4 run_at, $5 delay, $6
--- max_attempts, $7 archive, $8 args, $9 dedup key, $10 channel.
-WITH ins AS (
+-- order of enqueue_many's: $1 queue (NULL: the task's recorded one, see queue_of), $2 task, $3
+-- priority, $4 run_at, $5 delay, $6 max_attempts, $7 archive, $8 args, $9 dedup key, $10
+-- channel. No row when the job has no queue: nothing was written.
+WITH {queue_of},
+ins AS (
     INSERT INTO {schema}.jobs AS j
         (queue, task, args, priority, run_at, max_attempts, dedup_key, archive)
-    VALUES ($1, $2, $8::jsonb, $3, {run_at}, $6, $9, $7)
+    SELECT q.queue, $2, $8::jsonb, $3, {run_at}, $6, $9, $7
+    FROM q WHERE q.queue IS NOT NULL
     ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
     DO UPDATE SET dedup_key = EXCLUDED.dedup_key
     RETURNING j.id, (j.xmax = 0) AS inserted, j.run_at
@@ -60,9 +63,9 @@ WITH ins AS (
 -- tells them when it is due (channel $11, payload: 'seconds queue'), so they wake on time.
 SELECT ins.id, ins.inserted,
        CASE WHEN ins.run_at > now()
-            THEN pg_notify($11, extract(epoch FROM ins.run_at - now())::text || ' ' || $1)
-            ELSE pg_notify($10, $1) END::text AS notified
-FROM ins;
+            THEN pg_notify($11, extract(epoch FROM ins.run_at - now())::text || ' ' || q.queue)
+            ELSE pg_notify($10, q.queue) END::text AS notified
+FROM ins, q;
 
 -- name: enqueue_many
 -- Insert many jobs of one task in one statement, in the order given, and send one NOTIFY.
@@ -74,10 +77,12 @@ FROM ins;
 -- a row per id costs the client more than the rest of the call. No dedup key here (see
 -- enqueue_many_keyed), so no ON CONFLICT arbiter either: with one, every row would take the
 -- speculative insertion path.
-WITH ins AS (
+WITH {queue_of},
+ins AS (
     INSERT INTO {schema}.jobs AS j (queue, task, args, priority, run_at, max_attempts, archive)
-    SELECT $1, $2, t.args, $3, (SELECT {run_at}), $6, $7
+    SELECT (SELECT q.queue FROM q), $2, t.args, $3, (SELECT {run_at}), $6, $7
     FROM jsonb_array_elements($8::jsonb) AS t(args)
+    WHERE (SELECT q.queue FROM q) IS NOT NULL
     RETURNING j.id
 ),
 {notified_batch}
@@ -88,10 +93,12 @@ SELECT array_agg(ins.id ORDER BY ins.id) FROM ins, (SELECT count(*) FROM notifie
 -- element of $8, no key twice: the caller sends only the first job of a key). A key that names
 -- a live job returns that job, as in enqueue. The ids of the jobs without a key come back in
 -- input order (they are new rows, inserted in order); those with a key, beside their keys.
-WITH ins AS (
+WITH {queue_of},
+ins AS (
     INSERT INTO {schema}.jobs AS j (queue, task, args, priority, run_at, max_attempts, archive, dedup_key)
-    SELECT $1, $2, t.args, $3, (SELECT {run_at}), $6, $7, t.key
+    SELECT (SELECT q.queue FROM q), $2, t.args, $3, (SELECT {run_at}), $6, $7, t.key
     FROM ROWS FROM (jsonb_array_elements($8::jsonb), unnest($11::text[])) AS t(args, key)
+    WHERE (SELECT q.queue FROM q) IS NOT NULL
     ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
     DO UPDATE SET dedup_key = EXCLUDED.dedup_key
     RETURNING j.id, j.dedup_key
@@ -104,13 +111,21 @@ FROM ins, (SELECT count(*) FROM notified) AS n;
 
 -- fragment: notified_batch
 -- A batch's one NOTIFY, as enqueue sends it: on the jobs channel ($9) or, for delayed jobs,
--- the due one ($10).
+-- the due one ($10); none when the batch has no queue (and so wrote nothing).
 notified AS (
     SELECT CASE WHEN c.run_at > now()
-                THEN pg_notify($10, extract(epoch FROM c.run_at - now())::text || ' ' || $1)
-                ELSE pg_notify($9, $1) END
-    FROM (SELECT {run_at} AS run_at) AS c
+                THEN pg_notify($10, extract(epoch FROM c.run_at - now())::text || ' ' || q.queue)
+                ELSE pg_notify($9, q.queue) END
+    FROM (SELECT {run_at} AS run_at) AS c, q
+    WHERE q.queue IS NOT NULL
 )
+
+-- fragment: queue_of
+-- The queue of the job(s) of task $2: $1 if given, else the one the task's workers recorded
+-- (task_queue(), as add_job() looks it up), else NULL: the job is not written, and the caller
+-- refuses the call. Looked up once per statement, and only when $1 is NULL (coalesce stops at
+-- the first value that is not NULL).
+q AS (SELECT coalesce($1::text, {schema}.task_queue($2::text)) AS queue)
 
 -- fragment: run_at
 -- When a job enqueued with run_at $4 and delay $5 (seconds) becomes due. asyncpg sends
@@ -669,10 +684,19 @@ WHERE s.minute < date_trunc('minute', now()) - make_interval(secs => $1);
 
 -- name: register_worker
 -- The worker registry's one statement per interval: insert worker $1's row, or refresh its
--- last_seen, and delete the rows of workers silent for more than $7 seconds (they crashed).
+-- last_seen, delete the rows of workers silent for more than $7 seconds (they crashed), and
+-- record the queue ($9) of each task the worker serves ($8), which a job enqueued by name
+-- without a queue goes to (queue_of). The worker sends its tasks until this has succeeded
+-- once, empty arrays after. In name order, so workers starting together lock rows in one order.
 WITH expired AS (
     DELETE FROM {schema}.workers AS w
     WHERE w.last_seen < now() - make_interval(secs => $7) AND w.name <> $1
+),
+recorded AS (
+    INSERT INTO {schema}.tasks AS t (name, queue)
+    SELECT s.name, s.queue FROM unnest($8::text[], $9::text[]) AS s(name, queue)
+    ORDER BY s.name
+    ON CONFLICT (name) DO UPDATE SET queue = EXCLUDED.queue, seen_at = now()
 )
 INSERT INTO {schema}.workers AS w (name, host, pid, queues, concurrency, version)
 VALUES ($1, $2, $3, $4::text[], $5, $6)

@@ -1,10 +1,13 @@
-"""The registry of live workers: each worker's row in ``workers``, kept fresh while it runs.
+"""The registry of live workers: each worker's row in ``workers``, kept fresh while it runs,
+and the queue of each task it serves, in ``tasks``.
 
 A ``WorkerRegistry`` runs in every worker's service task group. It writes one statement per
 interval (insert the row, or refresh ``last_seen``, and delete the rows of workers silent for
 longer than ``expiry``), and deletes its own row, shielded, when the worker stops cleanly. A
 crashed worker's row is ignored by readers once older than ``expiry`` and deleted by the next
-worker that refreshes. It never touches jobs: a job's ``locked_by`` is the worker's name.
+worker that refreshes. Its first write also records the queue of each task the worker serves,
+where jobs enqueued by name without a queue go. It never touches jobs: a job's ``locked_by`` is
+the worker's name.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -38,6 +41,7 @@ class WorkerRegistry:
         *,
         queues: Sequence[str],
         concurrency: int,
+        tasks: Mapping[str, str] | None = None,
         host: str | None = None,
         pid: int | None = None,
         version: str | None = None,
@@ -49,6 +53,9 @@ class WorkerRegistry:
         self.name = name
         self.queues = list(queues)
         self.concurrency = concurrency
+        self.tasks = dict(tasks or {})
+        """The queue of each task the worker serves, by name: recorded by the first write."""
+        self._unrecorded = sorted(self.tasks)
         self.host = socket.gethostname() if host is None else host
         self.pid = os.getpid() if pid is None else pid
         self.version = __version__ if version is None else version
@@ -66,12 +73,15 @@ class WorkerRegistry:
         return self.interval * EXPIRY_INTERVALS
 
     async def refresh(self) -> None:
-        """Write the row (or refresh ``last_seen``) and delete expired rows: one statement."""
+        """Write the row (or refresh ``last_seen``) and delete expired rows, and until that has
+        succeeded once, record the tasks' queues: one statement."""
+        names = self._unrecorded
         async with self.db.connection() as conn:
             await conn.execute(
                 self.db.queries.register_worker, self.name, self.host, self.pid, self.queues,
-                self.concurrency, self.version, self.expiry,
+                self.concurrency, self.version, self.expiry, names, [self.tasks[n] for n in names],
             )
+        self._unrecorded = []
         self.refreshes += 1
         self.registered.set()
 

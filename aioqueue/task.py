@@ -30,6 +30,7 @@ from .checks import (
     check_name,
     check_run_at,
     check_seconds,
+    item_of,
 )
 from .connections import CallerConnection, Writer, writer_for
 from .enqueue import CHUNK, Batch
@@ -57,7 +58,8 @@ _INT32 = INT32_MAX
 class EnqueueOptions:
     """What one enqueue call writes besides the arguments."""
 
-    queue: str
+    queue: str | None
+    """None: the queue the task's workers recorded (a job enqueued by name, given no queue)."""
     priority: int
     max_attempts: int
     delay: float = 0.0
@@ -71,11 +73,6 @@ class _Enqueues(Generic[P, R]):
 
     name: str
     defaults: EnqueueOptions
-
-    @property
-    def queue(self) -> str:
-        """The queue this task's jobs go to unless an enqueue says otherwise."""
-        return self.defaults.queue
 
     def options(
         self,
@@ -140,8 +137,9 @@ class Task(_Enqueues[P, R]):
         self.app = app
         self.fn = fn
         self.name = check_name("task name", name)
+        self._queue = check_name("queue name", queue)
         self.defaults = EnqueueOptions(
-            queue=check_name("queue name", queue),
+            queue=self._queue,
             priority=check_int("priority", priority, -_INT32, _INT32),
             max_attempts=check_int("max_attempts", max_attempts, 1, 10_000),
         )
@@ -159,8 +157,13 @@ class Task(_Enqueues[P, R]):
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
 
+    @property
+    def queue(self) -> str:
+        """The queue this task's jobs go to unless an enqueue says otherwise."""
+        return self._queue
+
     def __repr__(self) -> str:
-        return f"<Task {self.name!r} queue={self.defaults.queue!r}>"
+        return f"<Task {self.name!r} queue={self.queue!r}>"
 
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run the function now, in this process, without a job."""
@@ -195,6 +198,7 @@ class Task(_Enqueues[P, R]):
         """Check a call against the signature and return its arguments by name."""
         if not args and self._fits(kwargs):
             return dict(kwargs)
+        check_argument_names(self.name, kwargs)
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -254,12 +258,25 @@ class Task(_Enqueues[P, R]):
 _STR_ONLY = frozenset({str})
 
 
+def check_argument_names(task: str, kwargs: Mapping[Any, Any]) -> None:
+    """Refuse arguments by name whose names are not all str, naming the task and the name (a
+    mapping of arguments given as data can hold any key; Python's ``**`` would refuse it with no
+    name at all)."""
+    for name in kwargs:
+        if not isinstance(name, str):
+            raise JobArgumentsError(
+                f"task {task!r}: argument names must be str, got {name!r}; the arguments are a JSON object"
+            )
+
+
 class NamedTask(_Enqueues[..., Any]):
     """A task known only by name, as a producer without the handler's code sees it.
 
     Its arguments are any JSON object of keyword arguments (checked against the signature by
-    the worker that runs it); its defaults are those of ``Queue.task()``, or the registered
-    task's when this process has it.
+    the worker that runs it). Its defaults are the registered task's when this process has it;
+    else those of ``Queue.task()``, except the queue: given none, a job goes to the queue the
+    workers that serve the task recorded, looked up where it is written, and is refused
+    (:class:`~aioqueue.NotRegisteredError`, nothing written) while no such worker has started.
     """
 
     def __init__(self, app: Queue, name: str) -> None:
@@ -268,9 +285,15 @@ class NamedTask(_Enqueues[..., Any]):
         local = app.tasks.get(name)
         self.archive = local.archive if local is not None else False
         self.defaults = local.defaults if local is not None else EnqueueOptions(
-            queue="default", priority=0, max_attempts=5
+            queue=None, priority=0, max_attempts=5
         )
         self._local = local
+
+    @property
+    def queue(self) -> str | None:
+        """The queue this task's jobs go to unless an enqueue says otherwise: the registered
+        task's, or None (the queue its workers recorded, looked up at each enqueue)."""
+        return self.defaults.queue
 
     def __repr__(self) -> str:
         return f"<NamedTask {self.name!r}>"
@@ -290,11 +313,7 @@ class NamedTask(_Enqueues[..., Any]):
             return self._local.named_args(args, kwargs, headers)
         if args:
             raise JobArgumentsError(f"task {self.name!r}: arguments by name are keyword arguments only")
-        for name in kwargs:
-            if not isinstance(name, str):
-                raise JobArgumentsError(
-                    f"task {self.name!r}: argument names must be str, got {name!r}; the arguments are a JSON object"
-                )
+        check_argument_names(self.name, kwargs)
         named = dict(kwargs)
         if headers:
             named[HEADERS_KEY] = dict(headers)
@@ -447,13 +466,13 @@ class Enqueuer(Generic[P, R]):
         for i, item in enumerate(calls):
             if not isinstance(item, Mapping):
                 raise JobArgumentsError(
-                    f"task {self.task.name!r}: item {i} of enqueue_many is a "
+                    f"task {self.task.name!r}: {item_of('enqueue_many', i, len(calls))} is a "
                     f"{type(item).__name__}, not a mapping of keyword arguments"
                 )
             try:
                 named.append(self.task.named_args((), item, headers))
             except JobArgumentsError as exc:
-                raise type(exc)(f"item {i} of enqueue_many: {exc}") from None
+                raise type(exc)(f"{item_of('enqueue_many', i, len(calls))}: {exc}") from None
         return named
 
     def _encode(self, named: list[dict[str, Any]]) -> list[str]:
@@ -461,6 +480,6 @@ class Enqueuer(Generic[P, R]):
         ``payload.encode_args_array``): one per statement."""
         name, limit = self.task.name, self.task.app.max_payload_bytes
         return [
-            payload.encode_args_array(name, named[at : at + CHUNK], limit, "enqueue_many", first=at)
+            payload.encode_args_array(name, named[at : at + CHUNK], limit, "enqueue_many", first=at, total=len(named))
             for at in range(0, len(named), CHUNK)
         ]

@@ -189,7 +189,10 @@ class Worker:
                 services.start_soon(completer.run)
                 services.start_soon(self.heartbeat.run)
                 services.start_soon(self._after_first_claim, functools.partial(self.maintenance.run, reaped=True))
-                self.registry = WorkerRegistry(db, self.name, queues=queues, concurrency=cfg.concurrency)
+                served = {t.name: t.queue for t in self.app.tasks.values() if t.queue in queues}
+                self.registry = WorkerRegistry(
+                    db, self.name, queues=queues, concurrency=cfg.concurrency, tasks=served
+                )
                 services.start_soon(self.registry.run)
                 if cfg.listen and not burst:
                     channels: dict[str, Callable[[str], None]] = {

@@ -6,18 +6,22 @@ with a deep history or backlog, and how much memory a worker needs, on one Postg
     python benchmarks/bench.py --quick --compare pgqueuer procrastinate --json out.json
     python benchmarks/bench.py --quick --scenarios drain   # the drain alone, in each worker setting
     python benchmarks/bench.py --scenarios scaling         # 1, 2, 4, 8 worker processes
+    python benchmarks/bench.py --quick --save --note "..." # store the run in benchmarks/results/
+    python benchmarks/bench.py report                      # BENCHMARKS.md from the stored runs
 
 Every measurement runs in a database of its own, created for it and dropped after it, on the
 server of the DSN (``--dsn``, else ``AIOQUEUE_DSN``, else an embedded server). Handlers are
 no-ops. ``--repeat N`` runs everything N times, interleaving the systems, and reports medians.
 ``--compare`` puts the same drain, enqueue and latency workloads through other queues (see
 ``benchmarks/compare``) in the same run and prints aioqueue's ratio to each. Progress goes to
-stderr, the report to stdout. It never changes server settings: enqueues and the reference
-lane commit durably; aioqueue's claims and outcomes skip the WAL flush unless ``durable_claims``
-(a setting measured side by side).
+stderr, the report to stdout, its summary first. ``--save`` stores the run (date, commit, machine,
+command, figures) as a JSON file in ``benchmarks/results/``; ``report`` regenerates BENCHMARKS.md
+and the README's table from every stored run (see ``results.py``). It never changes server
+settings: enqueues and the reference lane commit durably; aioqueue's claims and outcomes skip the
+WAL flush unless ``durable_claims`` (a setting measured side by side).
 
 This file is the command line and the runner; each scenario lives in ``scenarios/``, the goals
-in ``targets.py``, the report in ``report.py``.
+in ``targets.py``, the console report in ``report.py``, the stored runs in ``results.py``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # these modules, also in spawned workers
 
 import report
+import results
 import targets
 from common import FULL, QUICK, Run, progress, run_loop
 from compare import COMPETITORS
@@ -52,6 +57,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--compare", nargs="*", choices=sorted(COMPETITORS), default=[], metavar="NAME",
                         help="also run the drain, enqueue and latency scenarios through these queues")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results as JSON here")
+    parser.add_argument("--save", action="store_true",
+                        help="also store the run in benchmarks/results/ (then: bench.py report)")
+    parser.add_argument("--note", default=None, metavar="TEXT",
+                        help="a note stored with the run, shown in BENCHMARKS.md (e.g. the machine was busy)")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -73,6 +82,8 @@ def server(dsn: str | None) -> Iterator[tuple[str, bool]]:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["report"]:
+        sys.exit(results.main(argv[1:]))
     args = parse_args(argv)
     env: dict[str, Any] = {}
     with server(args.dsn) as (admin_dsn, embedded):
@@ -88,17 +99,21 @@ def main(argv: list[str] | None = None) -> None:
 
         run_loop(go)
     print(report.render(env, run.results, run.competitors, args.repeat, argv))
-    if args.json:
+    if args.json or args.save:
         payload = {
             "command": ["python", "benchmarks/bench.py", *argv],
             "environment": env,
             "sizes": dataclasses.asdict(run.sizes),
             "results": [dataclasses.asdict(r) | {"median": r.median} for r in run.results.items.values()],
-            "ratios": report.ratios(run.results, run.competitors),
+            "ratios": report.ratios(run.results, ["reference", *run.competitors]),
             "targets": [v.as_json() for v in targets.check(run.results)],
         }
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
-        progress(f"wrote {args.json}")
+        if args.json:
+            args.json.write_text(json.dumps(payload, indent=2) + "\n")
+            progress(f"wrote {args.json}")
+        if args.save:
+            stored = results.save(payload, args.note)
+            progress(f"stored {stored}: python benchmarks/bench.py report writes BENCHMARKS.md")
 
 
 if __name__ == "__main__":

@@ -167,6 +167,17 @@ class Results:
         progress(f"    {metric}: " + ", ".join(f"p{pct} {value:.2f} ms" for pct, value in figures.items()))
 
 
+#: Decimals shown per unit, the same everywhere a figure is printed (report, targets,
+#: BENCHMARKS.md): rates as whole jobs, times to the microsecond, ratios to the hundredth.
+_DECIMALS = {"jobs/s": 0, "ms": 3, "MB": 1, "conns": 0, "x": 2}
+
+
+def figure(value: float, unit: str) -> str:
+    """``value`` as the benchmark prints a figure in ``unit``: grouped thousands, fixed decimals
+    per unit (``66,443``, ``0.325``, ``1.07``), never an exponent."""
+    return f"{value:,.{_DECIMALS.get(unit, 1)}f}"
+
+
 def progress(message: str) -> None:
     """One line of progress on stderr."""
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import shlex
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import targets
-from common import Results, event_loop_name
+from common import Results, event_loop_name, figure
 
 import aioqueue
 from aioqueue.dsn import describe_dsn
@@ -68,33 +69,33 @@ def ratios(results: Results, competitors: list[str]) -> list[dict[str, Any]]:
 
 
 def render(env: dict[str, Any], results: Results, competitors: list[str], repeat: int, argv: list[str]) -> str:
-    """The report printed on stdout."""
+    """The report printed on stdout: what ran where, then the summary (the goals met or not, and
+    aioqueue's ratios to the reference lane and the other queues), then every figure."""
     lines = [
-        "aioqueue benchmark: " + " ".join(["python", "benchmarks/bench.py", *argv]),
+        "aioqueue benchmark: " + shlex.join(["python", "benchmarks/bench.py", *argv]),
         f"  Python {env['python']} ({env['event_loop']}), PostgreSQL {env['postgresql']} ({env['server']}; "
         f"synchronous_commit={env['synchronous_commit']}, fsync={env['fsync']}, "
         f"shared_buffers={env['shared_buffers']})",
         f"  {env['cpus']} CPUs: {env['cpu']}; {env['platform']}",
         f"  median of {repeat} run(s); each measurement in a fresh database; no-op handlers",
-        "",
     ]
     width = max([len(r.metric) for r in results.items.values()] + [6])
-    header = f"{'scenario':<13} {'system':<25} {'metric':<{width}} {'median':>10}  {'unit':<6} {'min..max':<18} note"
-    lines += [header, "-" * len(header)]
-    for r in results.items.values():
-        spread = f"{min(r.values):,.4g}..{max(r.values):,.4g}" if len(r.values) > 1 else ""
-        value = {"jobs/s": f"{r.median:,.0f}", "ms": f"{r.median:,.3f}"}.get(r.unit, f"{r.median:,.1f}")
-        lines.append(
-            f"{r.scenario:<13} {r.system:<25} {r.metric:<{width}} {value:>10}  {r.unit:<6} {spread:<18} {r.note}"
-        )
     verdicts = targets.check(results)
     if verdicts:
-        lines += ["", "targets (on this machine; the goals aioqueue is built for):"]
+        lines += ["", "goals (the figures aioqueue is built to reach; on this machine):"]
         lines += [f"  {v.line()}" for v in verdicts]
     rs = ratios(results, ["reference", *competitors])
     if rs:
-        lines += ["", "aioqueue vs the reference lane and the others (same run; >1 means aioqueue is better):"]
+        lines += ["", "aioqueue against the reference lane and the others (same run; >1 means aioqueue is better):"]
         for x in rs:
             lines.append(f"  {x['scenario']:<9} {x['metric']:<{width}} {x['aioqueue']:<25} vs {x['vs']:<14} "
-                         f"{x['times_better']:8.2f}x")
+                         f"{figure(x['times_better'], 'x'):>8}x")
+    header = f"{'scenario':<13} {'system':<25} {'metric':<{width}} {'median':>10}  {'unit':<6} {'min..max':<22} note"
+    lines += ["", "every figure (median, and the range over the repeats):", header, "-" * len(header)]
+    for r in results.items.values():
+        spread = f"{figure(min(r.values), r.unit)}..{figure(max(r.values), r.unit)}" if len(r.values) > 1 else ""
+        lines.append(
+            f"{r.scenario:<13} {r.system:<25} {r.metric:<{width}} {figure(r.median, r.unit):>10}  "
+            f"{r.unit:<6} {spread:<22} {r.note}".rstrip()
+        )
     return "\n".join(lines)

@@ -10,7 +10,7 @@ import operator
 from collections.abc import Callable
 from typing import Any, Literal
 
-from common import Result, Results
+from common import Result, Results, figure
 
 Comparison = Literal[">=", "<=", "<"]
 
@@ -142,10 +142,4 @@ def _baseline(results: Results, target: Target, result: Result) -> Result | None
 def _figure(value: float, unit: str, *, goal: bool = False) -> str:
     if goal:  # as written in TARGETS: 40,000 jobs/s, 1 ms, 1.2x
         return f"{value:,g}x" if unit == "x" else f"{value:,g} {unit}"
-    if unit == "x":
-        return f"{value:.2f}x"
-    if unit == "jobs/s":
-        return f"{value:,.0f} jobs/s"
-    if unit == "ms":
-        return f"{value:.2f} ms"
-    return f"{value:,.1f} {unit}"
+    return f"{figure(value, unit)}x" if unit == "x" else f"{figure(value, unit)} {unit}"

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 import anyio
+import httpx
 import psutil  # type: ignore[import-untyped]
 from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
 
 import aioqueue
+
+from .helpers import eventually
 
 APP = '''
 """A queue for the CLI tests: its one task records which process ran it."""
@@ -127,6 +131,33 @@ async def cli_process(
                     await process.wait()
     finally:
         print(output.text, file=sys.stderr)  # shown by pytest when the test fails
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (now)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+@contextlib.asynccontextmanager
+async def dashboard_process(dsn: str, cwd: Path) -> AsyncIterator[tuple[httpx.AsyncClient, int]]:
+    """Serve ``aioqueue dashboard`` on a free loopback port; yield a client of it once it
+    answers, and the port."""
+    port = free_port()
+    async with cli_process(["dashboard", "--port", str(port)], dsn, cwd) as (_process, output):
+        await output.wait_for("serving the aioqueue dashboard")
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+
+            async def up() -> bool:
+                try:
+                    return (await client.get("/")).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            await eventually(up, timeout=20, interval=0.1, what="the dashboard to answer")
+            yield client, port
 
 
 def app_task(queue: aioqueue.Queue, name: str, queue_name: str) -> aioqueue.Task[..., None]:

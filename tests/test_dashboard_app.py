@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import logging
 import re
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +20,17 @@ import aioqueue
 from aioqueue.admin import JobFilter
 from aioqueue.dashboard import create_app
 
-from .cli_tools import aioqueue_cli, cli_process
-from .helpers import eventually
+from . import dashboard_tools
+from .cli_tools import aioqueue_cli, dashboard_process
+from .dashboard_tools import SERVED, csrf, kill
 
 HOSTILE = '<script>alert("x")</script> \' " &amp;'
 
 
 def client_for(app: Any, prefix: str = "") -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://dash.test" + prefix)
+    """A client of ``app`` as a browser on the loopback address it is served at: every request
+    says it comes from there (``Origin``), as a browser's forms do."""
+    return dashboard_tools.client_for(app, SERVED + prefix, origin=SERVED)
 
 
 @pytest.fixture
@@ -42,20 +44,6 @@ async def tasks(q: aioqueue.Queue) -> dict[str, aioqueue.Task[..., None]]:
         pass
 
     return {"send": send, "encode": encode}
-
-
-async def kill(db: asyncpg.Connection, job_id: int, error: str = "boom") -> None:
-    """Make a job dead as the worker does when attempts are spent."""
-    await db.execute("UPDATE aioqueue.jobs SET status = 'dead', attempts = 5, last_error = $2 WHERE id = $1",
-                     job_id, error)
-
-
-async def csrf(client: httpx.AsyncClient, page: str = "/") -> str:
-    response = await client.get(page)
-    assert response.status_code == 200, response.text
-    found = re.search(r'name="csrf" value="([^"]+)"', response.text)
-    assert found, "no CSRF token in the page"
-    return found.group(1)
 
 
 async def test_every_page_renders_mounted_under_a_path_in_fastapi(
@@ -324,19 +312,5 @@ async def test_standalone_refuses_a_public_address_without_credentials(dsn: str)
 
 
 async def test_standalone_serves_on_loopback(dsn: str, tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    async with cli_process(["dashboard", "--port", str(port)], dsn, tmp_path) as (_process, output):
-        await output.wait_for("serving the aioqueue dashboard")
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
-
-            async def up() -> bool:
-                try:
-                    return (await client.get("/")).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            await eventually(up, timeout=20, interval=0.1, what="the dashboard to answer")
-            assert "Queues" in (await client.get("/")).text
-
+    async with dashboard_process(dsn, tmp_path) as (client, _port):
+        assert "Queues" in (await client.get("/")).text

@@ -1,7 +1,7 @@
 """The dashboard in a real browser: headless Chromium (Debian's chromium and chromium-driver)
 driven by selenium loads every page served by uvicorn against a real database with real jobs,
 retries a dead job, pauses a queue and sees the worker stop claiming it, and finds no console
-error. It takes the README's screenshots (written to docs/ with AIOQUEUE_UPDATE_SCREENSHOTS=1).
+error. It takes the screenshots of docs/howto/dashboard.md (written to docs/ with AIOQUEUE_UPDATE_SCREENSHOTS=1).
 A missing Chromium fails the test: it never skips."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from .helpers import eventually, running
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-#: Set to 1 to write the screenshots into docs/ for the README (otherwise into the test's tmp_path).
+#: Set to 1 to write the screenshots into docs/ for the documentation (otherwise into the test's tmp_path).
 UPDATE_SCREENSHOTS = os.environ.get("AIOQUEUE_UPDATE_SCREENSHOTS") == "1"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1280,860")

@@ -208,18 +208,17 @@ async def test_enqueue_many_takes_a_dedup_key_per_item(q: aioqueue.Queue, dsn: s
 
     try:
         with anyio.fail_after(10):
-            async with anyio.create_task_group() as tg:
-                async with db.transaction():
-                    first = await send_email.enqueue_many([{"order_id": 8}, {"order_id": 9}], keys=["a", "b"], conn=db)
-                    tg.start_soon(enqueue_second)
-                    pid = other.get_server_pid()
+            async with anyio.create_task_group() as tg, db.transaction():
+                first = await send_email.enqueue_many([{"order_id": 8}, {"order_id": 9}], keys=["a", "b"], conn=db)
+                tg.start_soon(enqueue_second)
 
-                    async def second_waits() -> bool:
-                        sql = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1"
-                        return bool(await db.fetchval(sql, pid))
+                async def second_waits() -> bool:
+                    sql = "SELECT $2 = ANY(pg_blocking_pids($1))"
+                    return bool(await db.fetchval(sql, other.get_server_pid(), db.get_server_pid()))
 
-                    await eventually(second_waits, what="the second batch to wait on the first's key")
-                assert not second  # it waited for the first batch to commit
+                await eventually(second_waits, what="the second batch to wait on the first's key")
+                # Asked while the first is open: once it commits, the second may finish at once.
+                assert not second
     finally:
         await other.close()
     assert second[0] == first[1] and second[1] not in first
@@ -231,10 +230,10 @@ async def test_enqueue_many_takes_a_dedup_key_per_item(q: aioqueue.Queue, dsn: s
     [
         (["a"], "task 'send_email': enqueue_many: 1 keys for 2 items; give one key"),
         ("ab", "keys must be a list of one dedup key"),
-        (["a", ""], "item 1 of enqueue_many: dedup key must be a non-empty str"),
-        ([7, "a"], "item 0 of enqueue_many: dedup key must be a non-empty str, got 7"),
-        (["a", "€" * 700], "item 1 of enqueue_many: dedup key is 2100 bytes in UTF-8; the limit is 2000"),
-        (["a", "x" * 1001], "item 1 of enqueue_many: dedup key is 1001 characters long"),
+        (["a", ""], "enqueue_many: item 2 of 2: dedup key must be a non-empty str"),
+        ([7, "a"], "enqueue_many: item 1 of 2: dedup key must be a non-empty str, got 7"),
+        (["a", "€" * 700], "enqueue_many: item 2 of 2: dedup key is 2100 bytes in UTF-8; the limit is 2000"),
+        (["a", "x" * 1001], "enqueue_many: item 2 of 2: dedup key is 1001 characters long"),
     ],
 )
 async def test_bad_keys_in_bulk_are_refused_naming_the_item(
@@ -269,7 +268,7 @@ async def test_a_batch_over_one_statement_is_written_all_or_nothing_in_order_wit
     # A refused item in a later statement's share is named by its place in the whole call.
     bad: list[dict[str, Any]] = [{"order_id": i} for i in range(n)]
     bad[2 * CHUNK + 3] = {"order_id": math.inf}
-    with pytest.raises(aioqueue.JobArgumentsError, match=rf"item {2 * CHUNK + 3} of enqueue_many"):
+    with pytest.raises(aioqueue.JobArgumentsError, match=rf"enqueue_many: item {2 * CHUNK + 4} of {n}: "):
         await send_email.enqueue_many(bad)
     # The server refusing the last statement takes back the ones before it, pooled or in a
     # caller's transaction, with or without keys.
@@ -332,7 +331,7 @@ async def test_bad_arguments_fail_at_enqueue_naming_task_and_argument(
 
 async def test_bad_item_in_bulk_writes_nothing(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
     send_email = _register(q)
-    with pytest.raises(aioqueue.JobArgumentsError, match=r"item 2 of enqueue_many.*'order_id'"):
+    with pytest.raises(aioqueue.JobArgumentsError, match=r"enqueue_many: item 3 of 3: .*'order_id'"):
         await send_email.enqueue_many([{"order_id": 1}, {"order_id": 2}, {"order_id": object()}])
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
 

@@ -85,6 +85,13 @@ async def _jobs(db: asyncpg.Connection) -> list[tuple[Any, ...]]:
     return [tuple(r) for r in await db.fetch(f"SELECT {COLUMNS} FROM aioqueue.jobs ORDER BY id")]
 
 
+async def _recorded(db: asyncpg.Connection, queues: dict[str, str]) -> None:
+    """Record each task's queue, as the workers that serve it do when they start: where SQL
+    sends a job given no queue."""
+    await db.execute("INSERT INTO aioqueue.tasks (name, queue) SELECT * FROM unnest($1::text[], $2::text[])",
+                     list(queues), list(queues.values()))
+
+
 # -- Django: configured once per process, pointed at the test's database per test ------------
 
 _django_lock = threading.Lock()
@@ -323,6 +330,162 @@ async def test_by_name_runs_where_the_handler_lives_and_bad_arguments_go_dead(
             await service.enqueue_by_name("billing.charge", {"amonut": 1})
 
 
+NO_QUEUE = r"task 'billing\.charge' has no known queue.*pass queue=.*or start a worker that serves it"
+NO_QUEUE_SQL = r"task 'billing\.charge' has no known queue.*pass its queue.*or start a worker that serves it"
+
+
+async def test_by_name_without_a_queue_reaches_a_worker_of_the_task_from_every_way_in(
+    dsn: str, db: asyncpg.Connection, engine: AsyncEngine, django_db: str, listener: Listener
+) -> None:
+    """A job enqueued by name without a queue goes to the queue of the workers that serve its
+    task, whichever way it comes in; before any such worker has started, each way in refuses
+    it, naming the task and the missing queue, writes nothing and wakes nobody, and (in Python)
+    leaves the caller's transaction usable."""
+    charged: list[int] = []
+    async with aioqueue.Queue(dsn) as producer, aioqueue.Queue(dsn) as service:
+
+        @service.task(name="billing.charge", queue="billing")
+        async def charge(amount: int) -> None:
+            charged.append(amount)
+
+        def named() -> aioqueue.NamedTask:
+            return producer.by_name("billing.charge")
+
+        async def pooled(n: int) -> None:
+            await producer.enqueue_by_name("billing.charge", {"amount": n})
+
+        async def pooled_bulk(n: int) -> None:
+            await producer.enqueue_many_by_name("billing.charge", [{"amount": n}])
+
+        async def pooled_bulk_keyed(n: int) -> None:
+            await producer.enqueue_many_by_name("billing.charge", [{"amount": n}], keys=[f"k{n}"])
+
+        async def in_asyncpg(n: int) -> None:
+            async with db.transaction():
+                try:
+                    await named().options(conn=db).enqueue(amount=n)
+                finally:
+                    assert await db.fetchval("SELECT 1") == 1  # the caller's transaction goes on
+
+        async def in_sqlalchemy(n: int) -> None:
+            async with AsyncSession(engine) as session, session.begin():
+                try:
+                    await named().options(conn=session).enqueue_many([{"amount": n}])
+                finally:
+                    assert (await session.execute(text("SELECT 1"))).scalar() == 1
+
+        async def in_psycopg_async(n: int) -> None:
+            async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
+                try:
+                    await named().options(conn=conn).enqueue(amount=n)
+                finally:
+                    assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
+
+        def psycopg_sync(n: int) -> None:
+            with psycopg.connect(dsn) as conn, conn.transaction():
+                try:
+                    named().options(conn=conn).enqueue_many_sync([{"amount": n}])
+                finally:
+                    assert conn.execute("SELECT 1").fetchone() == (1,)
+
+        def django(n: int) -> None:
+            from django.db import transaction
+
+            connection = _django_connection(django_db)
+            try:
+                with transaction.atomic():
+                    try:
+                        named().options(conn=connection).enqueue_sync(amount=n)
+                    finally:
+                        with connection.cursor() as cur:
+                            cur.execute("SELECT 1")
+            finally:
+                connection.close()
+
+        async def in_psycopg_sync(n: int) -> None:
+            await anyio.to_thread.run_sync(psycopg_sync, n)
+
+        async def in_django(n: int) -> None:
+            await anyio.to_thread.run_sync(django, n)
+
+        async def sql_one(n: int) -> None:
+            await db.execute("SELECT aioqueue.add_job('billing.charge', $1::jsonb)", json.dumps({"amount": n}))
+
+        async def sql_bulk(n: int) -> None:
+            jobs = [{"task": "billing.charge", "args": {"amount": -n}, "queue": "billing"},
+                    {"task": "billing.charge", "args": {"amount": n}}]
+            await db.execute("SELECT aioqueue.add_jobs($1::jsonb)", json.dumps(jobs))
+
+        python_ways = [pooled, pooled_bulk, pooled_bulk_keyed, in_asyncpg, in_sqlalchemy, in_psycopg_async,
+                       in_psycopg_sync, in_django]
+        # No worker has served the task yet: refused everywhere, nothing written.
+        for way in python_ways:
+            with pytest.raises(aioqueue.NotRegisteredError, match=NO_QUEUE):
+                await way(0)
+        with pytest.raises(asyncpg.InvalidParameterValueError, match=r"aioqueue\.add_job: " + NO_QUEUE_SQL):
+            await sql_one(0)
+        in_bulk = r"aioqueue\.add_jobs: job 2 of 2: " + NO_QUEUE_SQL
+        with pytest.raises(asyncpg.InvalidParameterValueError, match=in_bulk):
+            await sql_bulk(0)
+        assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+        assert await listener.settled() == []
+
+        # A worker that serves the task has started: every way in finds its queue.
+        await service.worker().run_until_empty()
+        for n, way in enumerate([*python_ways, sql_one, sql_bulk], start=1):
+            await way(n)
+        await producer.enqueue_by_name("billing.charge", {"amount": 99}, queue="elsewhere")  # as given
+        queues = [r["queue"] for r in await db.fetch("SELECT queue FROM aioqueue.jobs ORDER BY id")]
+        assert queues == ["billing"] * 11 + ["elsewhere"]
+        assert set(await listener.settled()) == {"billing", "elsewhere"}
+        await service.worker().run_until_empty()
+        assert sorted(charged) == [-10, *range(1, 11)]
+
+
+async def test_a_worker_records_the_queues_of_the_tasks_it_serves_as_it_starts(
+    dsn: str, db: asyncpg.Connection
+) -> None:
+    async def noop() -> None:
+        pass
+
+    async with aioqueue.Queue(dsn) as first, aioqueue.Queue(dsn) as moved:
+        first.task(name="a", queue="x")(noop)
+        first.task(name="b", queue="y")(noop)
+        worker = first.worker(queues=["x"])
+        await worker.run_until_empty()
+        assert worker.registry is not None and worker.registry.tasks == {"a": "x"}
+        rows = await db.fetch("SELECT name, queue FROM aioqueue.tasks ORDER BY name")
+        assert [tuple(r) for r in rows] == [("a", "x")]  # b's queue is not this worker's
+        moved.task(name="a", queue="z")(noop)
+        await moved.worker().run_until_empty()  # the task moved: the last worker to start wins
+        rows = await db.fetch("SELECT name, queue FROM aioqueue.tasks ORDER BY name")
+        assert [tuple(r) for r in rows] == [("a", "z")]
+        assert await first.enqueue_by_name("a") and await moved.by_name("a").options().enqueue()
+        # A Queue that registers the task uses its own queue; one that does not, the record.
+        async with aioqueue.Queue(dsn) as producer:
+            await producer.enqueue_by_name("a")
+        queues = [r["queue"] for r in await db.fetch("SELECT queue FROM aioqueue.jobs ORDER BY id")]
+        assert queues == ["x", "z", "z"]
+
+
+async def test_argument_names_that_are_not_str_are_refused_naming_task_and_name(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    charge = _register(q)
+    message = r"task 'billing\.charge': argument names must be str, got 1; the arguments are a JSON object"
+    async with aioqueue.Queue(q.dsn) as producer:  # without the handler, and (q) with it
+        for queue in (producer, q):
+            with pytest.raises(aioqueue.JobArgumentsError, match=message):
+                await queue.enqueue_by_name("billing.charge", {1: 2}, queue="mail")  # type: ignore[dict-item]
+            with pytest.raises(aioqueue.JobArgumentsError, match=r"enqueue_many: item 2 of 2: " + message):
+                await queue.enqueue_many_by_name(
+                    "billing.charge", [{"amount": 1}, {1: 2}], queue="mail"  # type: ignore[dict-item]
+                )
+    with pytest.raises(aioqueue.JobArgumentsError, match=r"enqueue_many: item 1 of 1: " + message):
+        await charge.enqueue_many([{1: 2}])  # type: ignore[dict-item]
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+
+
 # -- 5. SQL -----------------------------------------------------------------------------------
 
 
@@ -361,6 +524,7 @@ async def test_trigger_on_orders_enqueues_a_job_a_worker_runs(
 
 
 async def test_sql_functions_check_their_inputs(db: asyncpg.Connection) -> None:
+    await _recorded(db, {"t": "default", "a": "default", "b": "default"})
     bad = {
         "SELECT aioqueue.add_job('')": "task must be a name of 1 to 255 characters, got ''",
         "SELECT aioqueue.add_job(NULL)": "task must be a name of 1 to 255 characters, got NULL",
@@ -410,7 +574,8 @@ async def test_add_jobs_writes_a_batch_in_input_order_with_one_notify_per_queue_
         {"task": "a", "args": {"i": i}, "queue": "q1" if i % 2 else "q2"} for i in range(200)
     ]
     batch += [{"task": "b", "delay_seconds": 60, "queue": "q1"}, {"task": "b", "delay_seconds": 60, "queue": "q1"},
-              {"task": "c", "priority": 7, "max_attempts": 2, "run_at": "2001-02-03T04:05:06Z"}]
+              {"task": "c", "priority": 7, "max_attempts": 2, "run_at": "2001-02-03T04:05:06Z"}]  # no queue
+    await _recorded(db, {"c": "q3"})
     ids = [r[0] for r in await db.fetch("SELECT * FROM aioqueue.add_jobs($1::jsonb)", json.dumps(batch))]
     assert len(ids) == len(batch) and ids == sorted(ids)  # one id per job, in the order given
     rows = {r["id"]: r for r in await db.fetch("SELECT * FROM aioqueue.jobs")}
@@ -419,11 +584,11 @@ async def test_add_jobs_writes_a_batch_in_input_order_with_one_notify_per_queue_
     later, last = rows[ids[200]], rows[ids[202]]
     assert later["run_at"] == rows[ids[201]]["run_at"] > rows[ids[0]]["run_at"]
     assert (last["task"], last["queue"], last["priority"], last["max_attempts"], last["archive"]) == (
-        "c", "default", 7, 2, False)
+        "c", "q3", 7, 2, False)
     assert last["run_at"] == datetime.datetime(2001, 2, 3, 4, 5, 6, tzinfo=datetime.UTC)
     got = await listener.settled()
     ready, due = sorted(p for p in got if " " not in p), [p for p in got if " " in p]
-    assert ready == ["default", "q1", "q2"]  # one wake-up per queue with ready jobs
+    assert ready == ["q1", "q2", "q3"]  # one wake-up per queue with ready jobs
     [delayed] = due  # and one due time for the two delayed jobs, which share it
     seconds, queue = delayed.split(" ")
     assert queue == "q1" and 55 < float(seconds) <= 60
@@ -432,6 +597,7 @@ async def test_add_jobs_writes_a_batch_in_input_order_with_one_notify_per_queue_
 async def test_add_jobs_with_dedup_keys_writes_one_job_per_key_and_returns_ids_in_order(
     q: aioqueue.Queue, db: asyncpg.Connection, listener: Listener
 ) -> None:
+    await _recorded(db, {"a": "default", "b": "default"})
     live = await db.fetchval("SELECT aioqueue.add_job('a', dedup_key => 'live')")
     batch: list[dict[str, Any]] = []
     for i in range(300):
@@ -455,6 +621,7 @@ async def test_add_jobs_with_dedup_keys_writes_one_job_per_key_and_returns_ids_i
 
 
 async def test_add_jobs_names_the_first_refused_job_and_writes_none(db: asyncpg.Connection) -> None:
+    await _recorded(db, {"a": "default", "t": "default"})
     cases = {
         # The first refused job in the order given is the one named, whatever comes after it.
         '[{"task": "a"}, {"task": "t", "quee": 1}, {"task": "a", "priority": "high"}]':
@@ -573,6 +740,12 @@ async def test_every_path_shares_the_dedup_key_and_the_defaults(
     q: aioqueue.Queue, dsn: str, db: asyncpg.Connection, engine: AsyncEngine
 ) -> None:
     charge = _register(q)
+
+    @q.task
+    async def plain(n: int = 0) -> None:
+        pass
+
+    await q.worker().run_until_empty()  # records the tasks' queues, where SQL and by-name look
     first = await charge.options(key="inv-1").enqueue(amount=1)
     async with AsyncSession(engine) as session, session.begin():
         assert await charge.options(conn=session, key="inv-1").enqueue(amount=2) == first
@@ -594,11 +767,6 @@ async def test_every_path_shares_the_dedup_key_and_the_defaults(
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 1
     # Defaults: an unregistered name, the SQL function and a bare @q.task agree.
     async with aioqueue.Queue(dsn) as producer:
-
-        @q.task
-        async def plain(n: int = 0) -> None:
-            pass
-
         await producer.enqueue_by_name("plain")
         await plain.enqueue()
         await db.execute("SELECT aioqueue.add_job('plain')")
@@ -791,7 +959,7 @@ async def test_a_server_restart_between_two_enqueues_is_no_reason_to_refuse() ->
                 await server.start()
         assert before is not None and q.database.identity is not None
         assert before.name == q.database.identity.name and before.started < q.database.identity.started
-        assert "over a local socket" in str(before)
+        assert str(before).startswith(f"database {before.name!r} ")  # and where: an address, or a local socket
 
 
 # -- 9. The examples ----------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Handlers that misbehave: the worker survives each one, keeps running other jobs, and records
-the documented outcome (README, section Reliability).
+the documented outcome (docs/explanation/reliability.md).
 
 | handler | outcome of the attempt |
 |---|---|

@@ -1,7 +1,7 @@
 """A long transaction held open elsewhere pins the xmin horizon: no dead row version younger
 than its snapshot can be vacuumed, in the jobs table or anywhere else. Claims must stay correct
 (no job lost, none twice) while it lasts; the slow run measures how throughput and the table's
-footprint degrade, for the README.
+footprint degrade (docs/explanation/reliability.md says what it does and what to do).
 
 Measure with ``python -m pytest -m slow -s tests/test_faults_long_tx.py``
 (``AIOQUEUE_PINNED_SECONDS``, default 300, sets how long the horizon stays pinned).

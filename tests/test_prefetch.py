@@ -116,7 +116,7 @@ async def test_stopping_worker_hands_back_unstarted_jobs_at_once(q: aioqueue.Que
             await eventually(lambda: db.fetchval(
                 "SELECT count(*) = 1 FROM aioqueue.jobs WHERE status = 'running'"), timeout=5,
                 what="the unstarted jobs to go back")
-            assert not release.is_set()
+            assert await db.fetchval("SELECT args->>'n' FROM aioqueue.jobs WHERE status = 'running'") == "400"
             release.set()
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status = 'pending' AND attempts = 0") > 0
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status <> 'pending'") == 0

@@ -45,6 +45,9 @@ async def test_migrate_builds_documented_schema(empty_dsn: str) -> None:
         versions = await conn.fetch("SELECT version FROM aioqueue.migrations ORDER BY version")
         assert [r["version"] for r in versions] == [m.version for m in migrate.migrations()]
         assert await conn.fetchval("SELECT to_regclass('aioqueue.jobs_done') IS NOT NULL")
+        # Where a job enqueued by name without a queue goes: the queue its task's workers recorded.
+        assert await conn.fetchval("SELECT to_regclass('aioqueue.tasks') IS NOT NULL")
+        assert await conn.fetchval("SELECT aioqueue.task_queue('nobody serves it')") is None
     finally:
         await conn.close()
 

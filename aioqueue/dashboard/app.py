@@ -1,6 +1,7 @@
 """The dashboard's routes: pages that read through :class:`~aioqueue.admin.Admin` and actions
-(POST, CSRF-checked, confirmed when destructive, logged) that steer through it. Nothing a
-request carries reaches SQL text: every value is a parameter of Admin's named statements.
+(POST, checked for their origin and CSRF token, confirmed when destructive, logged) that steer
+through it. Nothing a request carries reaches SQL text: every value is read through
+:mod:`.inputs` and is a parameter of Admin's named statements.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import datetime
 import json
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -20,23 +21,30 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..admin import JOB_STATUSES, BulkAction, JobFilter
+from ..admin import JOB_STATUSES, BulkAction
 from ..errors import AioqueueError, ConfigurationError
-from . import charts
+from ..payload import UndecodableValue
+from . import charts, inputs
+from .inputs import FILTER_FIELDS
 from .security import (
     CSRF_COOKIE,
     CSRF_FIELD,
     Authorizer,
+    HostGuard,
+    ServedHosts,
     allowed,
     basic_user,
+    check_credentials,
     credentials_from_env,
     csrf_ok,
     csrf_token,
+    from_served_origin,
 )
 
 if TYPE_CHECKING:
@@ -65,6 +73,7 @@ class Dashboard:
         *,
         auth: Authorizer | None,
         credentials: tuple[str, str] | None,
+        hosts: ServedHosts,
         read_only: bool,
         refresh: float,
         page_size: int,
@@ -75,6 +84,7 @@ class Dashboard:
         self.admin = queue.admin
         self.auth = auth
         self.credentials = credentials
+        self.hosts = hosts
         self.read_only = read_only
         self.refresh = refresh
         self.page_size = page_size
@@ -90,8 +100,8 @@ class Dashboard:
         self.templates.filters["age"] = _age
         self.templates.filters["when"] = _when
         self.templates.filters["count"] = lambda n: f"{n:,}+" if n >= self.count_bound else f"{n:,}"
-        self.templates.filters["json"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str)
-        self.templates.filters["compact"] = lambda v: json.dumps(v, ensure_ascii=False, default=str)
+        self.templates.filters["json"] = lambda v: _json_text(v, indent=2)
+        self.templates.filters["compact"] = _json_text
         self.templates.filters["first_line"] = lambda t: (t or "").strip().splitlines()[0][:200] if t else ""
 
     @property
@@ -181,18 +191,14 @@ class Dashboard:
         await self._who(request, "view")
         await self._open()
         params = request.query_params
-        job_id = params.get("id", "").strip()
-        if job_id:
-            if job_id.isdigit() and 0 < int(job_id) < 2**63:
-                return RedirectResponse(request.url_for("job", job_id=int(job_id)).path, 303)
-            error = f"a job id is a whole number from 1 to 2**63-1, not {job_id!r}"
-            return self.render(request, "jobs.html", 400, nav=nav, filters=dict(params), jobs=[],
-                               next_before=None, searched=None, error=error, status=default_status)
-        filters = {k: params.get(k, "").strip() for k in ("status", "queue", "task", "args")}
+        filters = {k: params.get(k, "").strip() for k in FILTER_FIELDS}
         filters["status"] = filters["status"] or default_status
         try:
-            where = _job_filter(filters)
-            before = _before(params.get("before", ""))
+            if params.get("id", "").strip():
+                job_id = inputs.job_id(params["id"])
+                return RedirectResponse(request.url_for("job", job_id=job_id).path, 303)
+            where = inputs.job_filter(filters)
+            before = inputs.before(params.get("before", ""))
             page = await self.admin.list_jobs(where, before=before, limit=self.page_size)
         except ConfigurationError as exc:
             return self.render(request, "jobs.html", 400, nav=nav, filters=filters, jobs=[],
@@ -203,10 +209,15 @@ class Dashboard:
 
     async def job_page(self, request: Request) -> Response:
         await self._who(request, "view")
+        try:
+            job_id = inputs.job_id(request.path_params["job_id"])
+        except ConfigurationError as exc:
+            return self.render(request, "refused.html", 400, nav="jobs", heading="No such job id",
+                               error=str(exc), nothing_changed=False, back=request.url_for("jobs").path)
         await self._open()
-        job = await self.admin.job_detail(_path_id(request))
+        job = await self.admin.job_detail(job_id)
         if job is None:
-            return self.render(request, "missing.html", 404, nav="jobs", job_id=_path_id(request))
+            return self.render(request, "missing.html", 404, nav="jobs", job_id=job_id)
         return self.render(request, "job.html", nav="jobs", job=job)
 
     async def periodic_page(self, request: Request) -> Response:
@@ -227,6 +238,11 @@ class Dashboard:
         if self.read_only:
             raise HTTPException(403, "this dashboard is read-only")
         who = await self._who(request, action)
+        if not from_served_origin(request, self.hosts):
+            raise HTTPException(
+                403, "the form did not come from this dashboard: its Origin (or Referer) header must "
+                "name the address the dashboard is served at",
+            )
         form = await request.form()
         if not csrf_ok(request, form.get(CSRF_FIELD)):
             raise HTTPException(403, "the form's CSRF token is missing or wrong: reload the page and try again")
@@ -245,12 +261,12 @@ class Dashboard:
         scope = str(form.get("scope", "ids"))
         try:
             if scope == "filter":
-                where = _job_filter({k: str(form.get(k, "")).strip() for k in ("status", "queue", "task", "args")})
+                where = inputs.job_filter({k: str(form.get(k, "")).strip() for k in FILTER_FIELDS})
                 target = f"every {where.status} job" + "".join(
                     f" {k}={v!r}" for k, v in (("queue", where.queue), ("task", where.task), ("args", where.args))
                     if v is not None)
             else:
-                ids = [int(str(v)) for v in form.getlist("ids") if str(v).isdigit()]
+                ids = inputs.job_ids(form.getlist("ids"))
                 if not ids:
                     return _redirect(back, "select at least one job")
                 where, target = None, f"job(s) {', '.join(map(str, ids))}"
@@ -266,8 +282,9 @@ class Dashboard:
                 done = len(await self.admin.cancel_jobs(ids))
             else:
                 done = len(await self.admin.delete_jobs(ids))
-        except (ConfigurationError, ValueError) as exc:
-            return _redirect(back, f"{action} refused: {exc}")
+        except ConfigurationError as exc:
+            return self.render(request, "refused.html", 400, nav="jobs", heading=f"{action.capitalize()} refused",
+                               error=str(exc), nothing_changed=True, back=back)
         logger.info("dashboard: %s %s by %s: %d job(s)", action, target, who, done)
         return _redirect(back, f"{action}: {done} job(s)")
 
@@ -285,8 +302,8 @@ class Dashboard:
                 await self.admin.set_paused(name, action == "pause")
                 done = f"{action}d queue {name}"
             else:
-                concurrency = _optional_int(form.get("concurrency"), "concurrency")
-                rate_count = _optional_int(form.get("rate_count"), "rate count")
+                concurrency = inputs.optional_int(form.get("concurrency"), "concurrency")
+                rate_count = inputs.optional_int(form.get("rate_count"), "rate count")
                 period_text = str(form.get("rate_period", "")).strip()
                 rate = None if rate_count is None else (rate_count, float(period_text or "1"))
                 await self.admin.set_limits(name, concurrency=concurrency, rate=rate)
@@ -295,47 +312,6 @@ class Dashboard:
             return _redirect(back, f"{action} refused: {exc}")
         logger.info("dashboard: %s by %s", done, who)
         return _redirect(back, done)
-
-
-def _job_filter(fields: dict[str, str]) -> JobFilter:
-    args: dict[str, Any] | None = None
-    if fields.get("args"):
-        try:
-            parsed = json.loads(fields["args"])
-        except ValueError as exc:
-            raise ConfigurationError(f"the arguments filter is not JSON: {exc}") from None
-        if not isinstance(parsed, dict):
-            raise ConfigurationError('the arguments filter must be a JSON object, such as {"user": 7}')
-        args = parsed
-    status = fields.get("status") or "pending"
-    if status not in JOB_STATUSES:
-        raise ConfigurationError(f"status must be one of {', '.join(JOB_STATUSES)}")
-    return JobFilter(status=status, queue=fields.get("queue") or None,
-                     task=fields.get("task") or None, args=args)
-
-
-def _before(text: str) -> int | None:
-    if not text:
-        return None
-    if not text.isdigit() or not 0 < int(text) < 2**63:
-        raise ConfigurationError(f"before must be a job id, not {text!r}")
-    return int(text)
-
-
-def _optional_int(value: object, what: str) -> int | None:
-    text = str(value or "").strip()
-    if not text:
-        return None
-    if not text.isdigit():
-        raise ValueError(f"{what} must be a whole number, not {text!r}")
-    return int(text)
-
-
-def _path_id(request: Request) -> int:
-    job_id: int = request.path_params["job_id"]
-    if not 0 < job_id < 2**63:
-        raise HTTPException(404, "no such job")
-    return job_id
 
 
 def _back(request: Request, form: FormData) -> str:
@@ -352,6 +328,13 @@ def _redirect(back: str, notice: str) -> RedirectResponse:
     kept = [p for p in query.split("&") if p and not p.startswith("notice=")]
     kept.append(urlencode({"notice": notice}))
     return RedirectResponse(f"{path}?{'&'.join(kept)}", 303)
+
+
+def _json_text(value: Any, indent: int | None = None) -> str:
+    """A stored value as a page shows it: JSON, or what stands for a value that cannot be read."""
+    if isinstance(value, UndecodableValue):
+        return str(value)
+    return json.dumps(value, indent=indent, ensure_ascii=False, default=str)
 
 
 def _age(seconds: float | None) -> str:
@@ -371,6 +354,7 @@ def create_app(
     *,
     auth: Authorizer | None = None,
     credentials: tuple[str, str] | None = None,
+    allowed_hosts: Iterable[str] | None = None,
     read_only: bool = False,
     refresh: float = 5.0,
     page_size: int = 50,
@@ -383,14 +367,23 @@ def create_app(
     do an action (``retry``, ``cancel``, ``delete``, ``pause``, ``resume``, ``limits``).
     ``credentials`` (user, password), else AIOQUEUE_DASHBOARD_USER and _PASSWORD from the
     environment, require HTTP basic authentication; with both, a request needs both.
+    ``allowed_hosts`` lists the hosts the app answers (its requests' ``Host``), each a name or
+    ``name:port`` (a name alone matches requests that give no port, as browsers send 80 and
+    443); forms must come from one of them (their ``Origin``). By default, with neither
+    ``auth`` nor ``credentials``, it answers only 127.0.0.1, localhost and [::1] on the port
+    its server listens on, so that a page whose name resolves to 127.0.0.1 (DNS rebinding)
+    can neither read nor steer it; with either, any host, forms coming from the host asked for.
     ``read_only`` hides and refuses every action. ``refresh`` is the seconds between page
     refreshes while the page is visible (0: never). Opens ``queue`` on the first request if it
     is not open yet.
     """
+    basic = check_credentials(credentials) if credentials is not None else credentials_from_env()
+    hosts = ServedHosts(allowed_hosts, loopback=auth is None and basic is None)
     dashboard = Dashboard(
         queue,
         auth=auth,
-        credentials=credentials if credentials is not None else credentials_from_env(),
+        credentials=basic,
+        hosts=hosts,
         read_only=read_only,
         refresh=refresh,
         page_size=page_size,
@@ -408,10 +401,11 @@ def create_app(
 
     app = Starlette(
         lifespan=lifespan,
+        middleware=[Middleware(HostGuard, hosts=hosts)],
         routes=[
             Route("/", dashboard.queues_page, name="queues"),
             Route("/jobs", dashboard.jobs_page, name="jobs"),
-            Route("/jobs/{job_id:int}", dashboard.job_page, name="job"),
+            Route("/jobs/{job_id}", dashboard.job_page, name="job"),
             Route("/dead", dashboard.dead_page, name="dead"),
             Route("/periodic", dashboard.periodic_page, name="periodic"),
             Route("/workers", dashboard.workers_page, name="workers"),

@@ -45,10 +45,11 @@ class Tracing:
         attributes: dict[str, AttributeValue] = {
             "messaging.system": "aioqueue",
             "messaging.operation.type": "send",
-            "messaging.destination.name": task.queue,
             "messaging.batch.message_count": count,
             "aioqueue.task": task.name,
         }
+        if task.queue is not None:  # None: a task known by name, whose queue is looked up as it is written
+            attributes["messaging.destination.name"] = task.queue
         with self.tracer.start_as_current_span(f"enqueue {task.name}", kind=SpanKind.PRODUCER, attributes=attributes):
             carrier: dict[str, str] = {}
             propagate.inject(carrier)

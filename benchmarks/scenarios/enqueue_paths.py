@@ -159,15 +159,16 @@ async def by_name(dsn: str, n: int, bulk: bool) -> float:
     await migrated(dsn)
     import aioqueue
 
-    async with aioqueue.Queue(dsn, pool_max_size=1) as producer:  # no handler registered
-        await producer.enqueue_by_name(TASK, {"i": -1})
-        await producer.enqueue_many_by_name(TASK, [{"i": -1}])
+    # No handler registered, and no worker has recorded the task's queue: name it.
+    async with aioqueue.Queue(dsn, pool_max_size=1) as producer:
+        await producer.enqueue_by_name(TASK, {"i": -1}, queue="default")
+        await producer.enqueue_many_by_name(TASK, [{"i": -1}], queue="default")
         start = time.perf_counter()
         if bulk:
-            await producer.enqueue_many_by_name(TASK, [{"i": i} for i in range(n)])
+            await producer.enqueue_many_by_name(TASK, [{"i": i} for i in range(n)], queue="default")
         else:
             for i in range(n):
-                await producer.enqueue_by_name(TASK, {"i": i})
+                await producer.enqueue_by_name(TASK, {"i": i}, queue="default")
         return time.perf_counter() - start
 
 
@@ -177,13 +178,14 @@ async def sql_function(dsn: str, n: int, bulk: bool) -> float:
 
     conn = await asyncpg.connect(dsn)
     try:
-        one = "SELECT aioqueue.add_job($1, $2::jsonb)"
+        one = "SELECT aioqueue.add_job($1, $2::jsonb, 'default')"
         many = "SELECT count(*) FROM aioqueue.add_jobs($1::jsonb)"
         await conn.fetchval(one, TASK, '{"i": -1}')
-        await conn.fetchval(many, json.dumps([{"task": TASK, "args": {"i": -1}}]))
+        await conn.fetchval(many, json.dumps([{"task": TASK, "args": {"i": -1}, "queue": "default"}]))
         start = time.perf_counter()
         if bulk:
-            await conn.fetchval(many, json.dumps([{"task": TASK, "args": {"i": i}} for i in range(n)]))
+            jobs = [{"task": TASK, "args": {"i": i}, "queue": "default"} for i in range(n)]
+            await conn.fetchval(many, json.dumps(jobs))
         else:
             for i in range(n):
                 await conn.fetchval(one, TASK, json.dumps({"i": i}))
