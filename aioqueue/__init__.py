@@ -1,10 +1,10 @@
 """aioqueue: an asyncio job queue that lives in the PostgreSQL database you already run."""
 
 # First, before the slow imports: the `aioqueue worker` command must not die of an early SIGTERM.
-from . import stop_signals  # noqa: F401
-from .app import Queue
-from .config import WorkerConfig, WorkerOptions
-from .errors import (
+from . import _stop_signals  # noqa: F401
+from ._app import Queue
+from ._config import WorkerConfig, WorkerOptions
+from ._errors import (
     Abort,
     AioqueueError,
     ConfigurationError,
@@ -22,14 +22,13 @@ from .errors import (
     Snooze,
     WrongDatabaseError,
 )
+from ._job import Job, JobInfo, JobRef, current_job
+from ._payload import UndecodableValue
+from ._retry import Backoff
+from ._task import Enqueuer, NamedTask, Task
+from ._version import __version__
+from ._worker import Worker, WorkerStats
 from .integrations.background import BackgroundWorker
-from .job import Job, JobInfo, JobRef, current_job
-from .payload import UndecodableValue
-from .retry import Backoff
-from .task import Enqueuer, NamedTask, Task
-from .worker import Worker, WorkerStats
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Abort",

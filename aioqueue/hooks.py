@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
-    from .task import NamedTask, Task
+    from ._task import NamedTask, Task
 
 EnqueueHook: TypeAlias = "Callable[[Task[Any, Any] | NamedTask, int], AbstractContextManager[Mapping[str, str]]]"
 """A callable ``(task, count)`` returning a context manager that yields headers."""

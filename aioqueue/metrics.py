@@ -26,11 +26,11 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         'aioqueue.metrics needs prometheus-client: pip install "aioqueue[prometheus]"'
     ) from exc
 
-from .job import Job
+from ._job import Job
 from .middleware import outcome
 
 if TYPE_CHECKING:
-    from .app import Queue
+    from ._app import Queue
 
 logger = logging.getLogger("aioqueue.metrics")
 

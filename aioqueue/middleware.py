@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeAlias
 
-from .executor import HandlerTimeout, Outcome, current_decision
-from .job import Job
+from ._job import Job
+from ._outcome import HandlerTimeout, Outcome, current_decision
 
 __all__ = ["HandlerTimeout", "Middleware", "Outcome", "call_with_middleware", "outcome"]
 

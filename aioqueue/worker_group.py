@@ -16,11 +16,11 @@ from collections.abc import Sequence
 
 import anyio
 
-from . import stop_signals
-from .checks import check_int, check_seconds
-from .errors import ConfigurationError
-from .health import HealthServer
-from .worker import Worker, WorkerStats
+from . import _stop_signals as stop_signals
+from ._checks import check_int, check_seconds
+from ._errors import ConfigurationError
+from ._health import HealthServer
+from ._worker import Worker, WorkerStats
 
 
 async def run_workers(

@@ -26,8 +26,8 @@ import asyncpg
 from compare import Competitor, load_competitor
 
 import aioqueue
-from aioqueue.dsn import with_database
-from aioqueue.job import Connection
+from aioqueue._dsn import with_database
+from aioqueue._job import Connection
 
 try:
     import uvloop

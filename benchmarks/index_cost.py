@@ -22,8 +22,8 @@ import time
 import asyncpg
 
 import aioqueue
-from aioqueue.dsn import with_database
-from aioqueue.queries import for_schema
+from aioqueue._dsn import with_database
+from aioqueue._queries import for_schema
 
 DATABASE = "aioqueue_index_cost"
 Q = for_schema("aioqueue")

@@ -15,7 +15,7 @@ import targets
 from common import Results, event_loop_name, figure
 
 import aioqueue
-from aioqueue.dsn import describe_dsn
+from aioqueue._dsn import describe_dsn
 
 
 async def environment(admin_dsn: str, embedded: bool) -> dict[str, Any]:

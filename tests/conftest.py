@@ -14,8 +14,8 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue import migrate
-from aioqueue.dsn import with_database
+from aioqueue import _migrate as migrate
+from aioqueue._dsn import with_database
 
 from .cli_tools import APP
 from .pg import Server, find_server

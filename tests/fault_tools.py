@@ -18,7 +18,7 @@ import anyio
 import asyncpg
 
 import aioqueue
-from aioqueue import migrate
+from aioqueue import _migrate as migrate
 from aioqueue.embedded import embedded_server, pg_ctl
 
 

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from aioqueue import ConfigurationError, checks, task
+from aioqueue import ConfigurationError
+from aioqueue import _checks as checks
+from aioqueue import _task as task
 
 
 def test_validators_are_importable_from_task_as_before() -> None:

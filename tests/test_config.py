@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 import aioqueue
+from aioqueue._config import WorkerConfig, worker_flags
 from aioqueue.cli import build_parser
-from aioqueue.config import WorkerConfig, worker_flags
-from aioqueue.worker_command import worker_options
+from aioqueue.cli._worker import worker_options
 
 # (option, refused values, an accepted edge value)
 BOUNDS: list[tuple[str, list[Any], Any]] = [

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from starlette.requests import Request
 
 import aioqueue
-from aioqueue.admin import JobFilter
+from aioqueue._admin import JobFilter
 from aioqueue.dashboard import create_app
 
 from . import dashboard_tools
@@ -104,7 +104,7 @@ async def test_a_sparse_filter_reads_the_bound_and_says_so(
     await send.enqueue_many([{"to": "a@x", "n": i} for i in range(30)])
     rare.append(await encode.enqueue(n=1))
     await send.enqueue_many([{"to": "a@x", "n": i} for i in range(10)])
-    monkeypatch.setattr("aioqueue.admin.PAGE_SCAN", 20)
+    monkeypatch.setattr("aioqueue._admin.PAGE_SCAN", 20)
     page = await q.admin.list_jobs(JobFilter(status="pending", task=encode.name), limit=5)
     assert [j["id"] for j in page.jobs] == [rare[1]] and page.searched == 20 and page.next_before
     seen = [j["id"] for j in page.jobs]

@@ -16,9 +16,9 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue.admin import PAGE_SCAN, JobFilter, rows_to_read
-from aioqueue.plans import explain, explain_generic, nodes, scans
-from aioqueue.queries import for_schema
+from aioqueue._admin import PAGE_SCAN, JobFilter, rows_to_read
+from aioqueue._queries import for_schema
+from tests.plans import explain, explain_generic, nodes, scans
 
 Q = for_schema("aioqueue")
 BIG = ("jobs", "jobs_done")

@@ -9,7 +9,7 @@ import anyio
 import asyncpg
 
 import aioqueue
-from aioqueue.registry import WorkerRegistry
+from aioqueue._registry import WorkerRegistry
 
 from .cli_tools import aioqueue_cli
 from .helpers import eventually, running

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue.admin import JobFilter
+from aioqueue._admin import JobFilter
 from aioqueue.dashboard import create_app
 
 from .cli_tools import aioqueue_cli, dashboard_process, free_port

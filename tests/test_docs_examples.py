@@ -379,7 +379,7 @@ def test_the_api_reference_documents_every_public_name() -> None:
 
 
 def test_the_options_reference_lists_every_option() -> None:
-    from aioqueue.task import Task
+    from aioqueue._task import Task
 
     page = (ROOT / "docs" / "reference" / "options.md").read_text()
     rows = set(re.findall(r"^\| `(\w+)`", page, re.M)) | set(re.findall(r"^\| `\w+` / `(\w+)`", page, re.M))

@@ -249,7 +249,7 @@ async def test_bad_keys_in_bulk_are_refused_naming_the_item(
 async def test_a_batch_over_one_statement_is_written_all_or_nothing_in_order_with_one_notify(
     q: aioqueue.Queue, dsn: str, db: asyncpg.Connection
 ) -> None:
-    from aioqueue.enqueue import CHUNK
+    from aioqueue._enqueue import CHUNK
 
     send_email = _register(q)
     n = 2 * CHUNK + 7  # three statements

@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import aioqueue
-from aioqueue import migrate
-from aioqueue.config import WorkerConfig
-from aioqueue.producer import Producer
-from aioqueue.task import MAX_DELAY_SECONDS
+from aioqueue import _migrate as migrate
+from aioqueue._config import WorkerConfig
+from aioqueue._producer import Producer
+from aioqueue._task import MAX_DELAY_SECONDS
 
 from .helpers import LoopHarness, closed_after
 

@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue.plans import buffers_touched, explain, function_query
+from tests.plans import buffers_touched, explain, function_query
 
 from .fault_tools import Churn, owned_server, sample_sizes
 from .helpers import eventually, running

@@ -27,9 +27,9 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue.claims import ClaimKey
-from aioqueue.executor import Interrupt
-from aioqueue.queries import for_schema
+from aioqueue._claims import ClaimKey
+from aioqueue._outcome import Interrupt
+from aioqueue._queries import for_schema
 
 from .fault_tools import owned_server
 from .helpers import eventually

@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue import plans
+from tests import plans
 
 from .fault_tools import Churn, Sizes, owned_server, sample_sizes
 from .helpers import eventually, running

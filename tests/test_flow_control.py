@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue.maintenance import Maintenance
+from aioqueue._maintenance import Maintenance
 
 from .helpers import eventually, running
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 import aioqueue
-from aioqueue import migrate
+from aioqueue import _migrate as migrate
 
 from .fault_tools import owned_server
 from .helpers import eventually, running

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 import aioqueue
-from aioqueue import migrate
+from aioqueue import _migrate as migrate
 from aioqueue.worker_group import run_workers
 
 from .cli_tools import TWO_QUEUES, cli_env

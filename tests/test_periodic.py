@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue.periodic import Periodic, Scheduler
+from aioqueue._periodic import Periodic, Scheduler
 
 from .helpers import eventually, running
 

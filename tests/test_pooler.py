@@ -151,7 +151,7 @@ async def test_run_until_empty_through_the_pooler_never_hangs(pooled_dsn: str, d
 async def test_a_bulk_enqueue_of_several_statements_is_one_transaction_through_the_pooler(
     pooled_dsn: str, db: asyncpg.Connection
 ) -> None:
-    from aioqueue.enqueue import CHUNK
+    from aioqueue._enqueue import CHUNK
 
     async with aioqueue.Queue(pooled_dsn) as q:
 
@@ -173,9 +173,9 @@ async def test_a_bulk_enqueue_of_several_statements_is_one_transaction_through_t
 
 
 async def test_completion_stays_fenced_through_the_pooler(pooled_dsn: str, db: asyncpg.Connection) -> None:
-    from aioqueue.completer import Completer
-    from aioqueue.config import WorkerConfig
-    from aioqueue.producer import Producer
+    from aioqueue._completer import Completer
+    from aioqueue._config import WorkerConfig
+    from aioqueue._producer import Producer
 
     async with aioqueue.Queue(pooled_dsn) as q:
 

@@ -10,7 +10,7 @@ import anyio
 import asyncpg
 
 import aioqueue
-from aioqueue.producer import Prefetch
+from aioqueue._producer import Prefetch
 
 from .helpers import eventually
 

@@ -15,8 +15,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from aioqueue.plans import explain, explain_generic, explain_nested, function_query, nodes, scans
-from aioqueue.queries import for_schema
+from aioqueue._queries import for_schema
+from tests.plans import explain, explain_generic, explain_nested, function_query, nodes, scans
 
 Q = for_schema("aioqueue")
 CLAIM_ARGS: tuple[Any, ...] = (["default"], [10], "plan-test", 300.0, 10)

@@ -7,7 +7,8 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue import migrate, queries
+from aioqueue import _migrate as migrate
+from aioqueue import _queries as queries
 
 
 async def test_migrate_builds_documented_schema(empty_dsn: str) -> None:

@@ -18,7 +18,7 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 
 import aioqueue
-from aioqueue.stop_signals import is_worker_command
+from aioqueue._stop_signals import is_worker_command
 
 from .cli_tools import TWO_QUEUES, aioqueue_cli, cli_env, cli_process
 from .helpers import eventually

@@ -23,8 +23,8 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue import migrate
-from aioqueue.queries import for_schema
+from aioqueue import _migrate as migrate
+from aioqueue._queries import for_schema
 
 from .helpers import eventually, running
 

@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue.notifier import Notifier
+from aioqueue._notifier import Notifier
 
 from .helpers import eventually, running
 

@@ -11,9 +11,9 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue.completer import Completer
-from aioqueue.config import WorkerConfig
-from aioqueue.producer import Producer
+from aioqueue._completer import Completer
+from aioqueue._config import WorkerConfig
+from aioqueue._producer import Producer
 
 from .helpers import eventually, running
 

@@ -15,8 +15,8 @@ from typing import Unpack
 import asyncpg
 from aiohttp import web
 
-from ..app import Queue
-from ..config import WorkerOptions
+from .._app import Queue
+from .._config import WorkerOptions
 from .background import BackgroundWorker
 
 QUEUE_KEY = web.AppKey("aioqueue_queue", Queue)

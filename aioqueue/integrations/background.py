@@ -19,9 +19,9 @@ from typing import Unpack
 import anyio
 import asyncpg
 
-from ..app import Queue
-from ..config import WorkerOptions
-from ..worker import Worker, WorkerStats
+from .._app import Queue
+from .._config import WorkerOptions
+from .._worker import Worker, WorkerStats
 
 logger = logging.getLogger("aioqueue.integrations")
 

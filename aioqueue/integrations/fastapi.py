@@ -16,8 +16,8 @@ from typing import Any, Unpack
 
 import asyncpg
 
-from ..app import Queue
-from ..config import WorkerOptions
+from .._app import Queue
+from .._config import WorkerOptions
 from .background import BackgroundWorker
 
 

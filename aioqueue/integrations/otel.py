@@ -19,12 +19,12 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
-from ..job import Job
+from .._job import Job
 from ..middleware import outcome
 
 if TYPE_CHECKING:
-    from ..app import Queue
-    from ..task import NamedTask, Task
+    from .._app import Queue
+    from .._task import NamedTask, Task
 
 __all__ = ["Tracing"]
 

@@ -33,7 +33,7 @@ if not __package__:  # run as a script: make the relative imports below work
 
 from common import admin_execute, percentile
 
-from aioqueue.dsn import with_database
+from aioqueue._dsn import with_database
 
 from . import COMPETITORS, load_competitor
 from .base import Competitor

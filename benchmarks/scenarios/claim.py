@@ -13,8 +13,8 @@ from typing import Literal
 from common import TASK, Measurement, Run, insert_pending, migrated, progress
 
 import aioqueue
-from aioqueue import plans
-from aioqueue.job import Connection
+from aioqueue._job import Connection
+from tests import plans
 
 Statement = Literal["claim_unlimited", "claim"]
 #: The statements measured, the one workers run most first.

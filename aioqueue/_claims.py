@@ -1,0 +1,97 @@
+"""The jobs one worker holds, each identified by its claim: the job id and the attempt number.
+
+A claim is held from the moment the producer claims it until its outcome is written (or its
+lease is found lost). While held, the heartbeat renews its lease and the cancel watch asks about
+it; while its handler has not finished it also takes one of the worker's slots. Keying by
+``(id, attempt)`` keeps two attempts of one job apart: after a reaper returns a job to pending,
+this very worker may claim it again while the old attempt still runs here. It never talks to the
+database.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable, Sequence
+from typing import TypeAlias
+
+from ._job import Job
+from ._signal import Flag
+
+ClaimKey: TypeAlias = tuple[int, int]
+"""A claim: ``(job id, attempt)``, the fence every finishing write checks."""
+
+
+def claim_of(job: Job) -> ClaimKey:
+    """The claim under which ``job`` runs."""
+    return (job.id, job.attempt)
+
+
+class Claims:
+    """Held claims, and how many handlers are active per queue; wakes waiters when a slot frees."""
+
+    def __init__(self) -> None:
+        self._held: dict[ClaimKey, str] = {}  # claim -> queue
+        self._active = 0
+        self._active_by_queue: collections.Counter[str] = collections.Counter()
+        self.finished_total = 0
+        """Handlers finished so far: the producer's measure of how fast jobs finish."""
+        self.freed = Flag()
+        """Raised whenever a handler finishes (a slot freed)."""
+        self.idle = Flag()
+        """Raised while no handler is active."""
+        self.idle.set()
+
+    # -- claiming and finishing ----------------------------------------------------------------
+
+    def take(self, jobs: Sequence[Job]) -> list[ClaimKey]:
+        """Hold ``jobs``, each taking a slot; return older claims of the same jobs still held here,
+        whose leases these new claims prove lost (the job was reaped and claimed again)."""
+        superseded: list[ClaimKey] = []
+        for job in jobs:
+            if job.attempt > 1:
+                older = [k for k in self._held if k[0] == job.id and k[1] < job.attempt]
+                for claim in older:
+                    del self._held[claim]  # its lease is lost: nothing to renew or write
+                superseded += older
+            self._held[(job.id, job.attempt)] = job.queue
+            self._active += 1
+            self._active_by_queue[job.queue] += 1
+        if jobs:
+            self.idle.clear()
+        return superseded
+
+    def finished(self, job: Job) -> None:
+        """``job``'s handler is done (its outcome may still be unwritten): free its slot."""
+        self._active -= 1
+        self._active_by_queue[job.queue] -= 1
+        self.finished_total += 1
+        self.freed.set()
+        if not self._active:
+            self.idle.set()
+
+    def release(self, claims: Iterable[ClaimKey]) -> None:
+        """Stop holding ``claims`` (their outcome is written, or their lease is lost)."""
+        for claim in claims:
+            self._held.pop(claim, None)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> int:
+        """Handlers claimed and not yet finished."""
+        return self._active
+
+    def active_in(self, queue: str) -> int:
+        """Handlers of ``queue`` claimed and not yet finished."""
+        return self._active_by_queue[queue]
+
+    def held(self) -> list[ClaimKey]:
+        """Every claim held now (a copy)."""
+        return list(self._held)
+
+    def holds(self, claim: ClaimKey) -> bool:
+        """Whether ``claim`` is held."""
+        return claim in self._held
+
+    def __len__(self) -> int:
+        return len(self._held)

@@ -1,0 +1,271 @@
+"""Write the outcomes of finished jobs back to PostgreSQL, many per statement.
+
+Handlers hand their outcome to the completer without waiting (``succeeded``, ``failed``,
+``rescheduled``); its loop writes each kind with one statement for up to ``batch_size`` buffered
+jobs, flushing when the buffer reaches ``batch_size`` or ``interval`` after the first outcome
+arrived, and always on shutdown. It owns its back-pressure: while more outcomes wait than ``max_backlog``,
+``has_room()`` is false and the producer waits in ``wait_for_room()`` before claiming more. If a
+write fails (the connection dropped, the server restarted) the outcomes
+stay buffered and the write is retried with backoff; while they wait, the heartbeat keeps their
+leases, so nothing is lost. Every write is fenced by the claim (id, attempt), and by default
+commits without waiting for its WAL flush (see the ``commit_mode`` fragment of ``queries.sql``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ._claims import ClaimKey
+from ._signal import Flag
+
+if TYPE_CHECKING:
+    from ._database import Database
+    from ._job import Job
+    from ._retry import Backoff
+
+logger = logging.getLogger("aioqueue.completer")
+
+
+@dataclasses.dataclass(slots=True)
+class _Failure:
+    job_id: int
+    attempt: int
+    error: str
+    delay: float | None
+    dead: bool
+    retry: Backoff
+
+
+@dataclasses.dataclass(slots=True)
+class _Batch:
+    done_ids: list[int] = dataclasses.field(default_factory=list)
+    done_attempts: list[int] = dataclasses.field(default_factory=list)
+    done_results: list[str | None] = dataclasses.field(default_factory=list)
+    failures: list[_Failure] = dataclasses.field(default_factory=list)
+    reschedules: list[tuple[int, int, float, str | None]] = dataclasses.field(default_factory=list)
+    cancels: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.done_ids) + len(self.failures) + len(self.reschedules) + len(self.cancels)
+
+    def split(self, n: int) -> tuple[_Batch, _Batch]:
+        """The first ``n`` outcomes (successes first, then failures, reschedules, cancels), and
+        the rest."""
+        if len(self) <= n:
+            return self, _Batch()
+        k = min(n, len(self.done_ids))
+        head = _Batch(self.done_ids[:k], self.done_attempts[:k], self.done_results[:k])
+        rest = _Batch(self.done_ids[k:], self.done_attempts[k:], self.done_results[k:])
+        n -= k
+        k = min(n, len(self.failures))
+        head.failures, rest.failures = self.failures[:k], self.failures[k:]
+        n -= k
+        k = min(n, len(self.reschedules))
+        head.reschedules, rest.reschedules = self.reschedules[:k], self.reschedules[k:]
+        n -= k
+        head.cancels, rest.cancels = self.cancels[:n], self.cancels[n:]
+        return head, rest
+
+    def claims(self) -> list[ClaimKey]:
+        """The (job id, attempt) of every outcome in the batch."""
+        return [
+            *zip(self.done_ids, self.done_attempts, strict=True),
+            *((f.job_id, f.attempt) for f in self.failures),
+            *((r[0], r[1]) for r in self.reschedules),
+            *self.cancels,
+        ]
+
+
+class Completer:
+    """Buffers job outcomes and writes them in batches."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        batch_size: int = 1000,
+        interval: float = 0.002,
+        max_backlog: int | None = None,
+        on_written: Callable[[list[ClaimKey]], None] = lambda claims: None,
+        commit_mode: str | None = "off",
+    ) -> None:
+        self.db = db
+        self.commit_mode = commit_mode
+        """The finishing statements' ``synchronous_commit`` ('off', or None: the session's)."""
+        self.batch_size = batch_size
+        self.interval = interval
+        self.max_backlog = max_backlog if max_backlog is not None else batch_size * 4
+        self.on_written = on_written
+        # Claims whose outcome is being written right now: the heartbeat must not take a job
+        # that vanished under such a write for a lost lease.
+        self.writing: set[ClaimKey] = set()
+        self._batch = _Batch()
+        self._ready = Flag()
+        self._idle = Flag()
+        self._idle.set()
+        self._room = Flag()
+        self._room.set()
+        self.writes = 0
+        """Batches written so far: a claim made before a write may have missed the slots it freed."""
+
+    def __len__(self) -> int:
+        """Outcomes buffered and not yet written."""
+        return len(self._batch)
+
+    # -- back-pressure ---------------------------------------------------------------------
+
+    def has_room(self) -> bool:
+        """Whether the buffer is below ``max_backlog``: the producer may claim more."""
+        return len(self._batch) <= self.max_backlog
+
+    async def wait_for_room(self, timeout: float | None = None) -> bool:
+        """Wait until :meth:`has_room`; return whether it became true within ``timeout``."""
+        while not self.has_room():
+            self._room.clear()
+            if not await self._room.wait(timeout):
+                return self.has_room()
+        return True
+
+    @property
+    def idle(self) -> bool:
+        """Whether nothing is buffered or being written."""
+        return self._idle.is_set()
+
+    # -- handing over outcomes (never blocks) -------------------------------------------------
+
+    def succeeded(self, job: Job, result: str | None) -> None:
+        """Record that ``job`` succeeded, with its JSON result (kept only if archived)."""
+        b = self._batch
+        b.done_ids.append(job.id)
+        b.done_attempts.append(job.attempt)
+        b.done_results.append(result)
+        self._arrived()
+
+    def failed(
+        self, job: Job, error: str, retry: Backoff, *, delay: float | None = None, dead: bool = False
+    ) -> None:
+        """Record a failed attempt: retried after ``delay`` (None: backoff) or dead."""
+        self._batch.failures.append(_Failure(job.id, job.attempt, error, delay, dead, retry))
+        self._arrived()
+
+    def rescheduled(self, job: Job, delay: float, note: str | None = None) -> None:
+        """Record that ``job`` goes back to pending after ``delay`` without spending an attempt."""
+        self._batch.reschedules.append((job.id, job.attempt, delay, note))
+        self._arrived()
+
+    def cancelled(self, job: Job) -> None:
+        """Record that ``job``'s handler was cancelled on request: archive it as cancelled."""
+        self._batch.cancels.append((job.id, job.attempt))
+        self._arrived()
+
+    def _arrived(self) -> None:
+        self._idle.clear()
+        self._ready.set()
+
+    # -- writing -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Flush buffered outcomes until cancelled; retry failed writes with backoff."""
+        failures = 0
+        while True:
+            await self._ready.wait()
+            if len(self._batch) < self.batch_size and self.interval > 0:
+                # Let a burst of outcomes gather into one statement.
+                await anyio.sleep(self.interval)
+            try:
+                await self.flush()
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                delay = min(5.0, 0.05 * 2**failures)
+                logger.warning(
+                    "writing %d job outcomes failed (%s: %s); retrying in %.2fs",
+                    len(self._batch), type(exc).__name__, exc, delay,
+                )
+                await anyio.sleep(delay)
+
+    async def flush(self) -> None:
+        """Write everything buffered now; on failure the outcomes stay buffered."""
+        while len(self._batch):
+            # At most batch_size outcomes a statement: while one write is in flight, up to
+            # max_backlog gather, and one statement for them all holds their rows' locks longer.
+            batch, self._batch = self._batch.split(self.batch_size)
+            self._ready.clear()
+            claims = batch.claims()
+            self.writing.update(claims)
+            try:
+                await self._write(batch)
+            except BaseException:
+                unwritten = set(batch.claims())
+                self.on_written([c for c in claims if c not in unwritten])
+                self._merge_back(batch)
+                raise
+            finally:
+                self.writing.difference_update(claims)
+                self._room.set()
+            self.writes += 1
+            self.on_written(claims)
+        self._idle.set()
+
+    async def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is buffered; return whether that happened within ``timeout``."""
+        return await self._idle.wait(timeout)
+
+    def _merge_back(self, batch: _Batch) -> None:
+        new = self._batch
+        self._batch = batch
+        batch.done_ids += new.done_ids
+        batch.done_attempts += new.done_attempts
+        batch.done_results += new.done_results
+        batch.failures += new.failures
+        batch.reschedules += new.reschedules
+        batch.cancels += new.cancels
+        if len(batch):
+            self._ready.set()
+
+    async def _write(self, batch: _Batch) -> None:
+        q, ch = self.db.queries, self.db.channels
+        async with self.db.connection() as conn:
+            if batch.done_ids:
+                await conn.execute(
+                    q.complete, batch.done_ids, batch.done_attempts, batch.done_results, ch.done, ch.jobs,
+                    self.commit_mode,
+                )
+                batch.done_ids, batch.done_attempts, batch.done_results = [], [], []
+            if batch.failures:
+                f = batch.failures
+                await conn.execute(
+                    q.fail,
+                    [x.job_id for x in f],
+                    [x.attempt for x in f],
+                    [x.error for x in f],
+                    [x.delay for x in f],
+                    [x.dead for x in f],
+                    [x.retry.base for x in f],
+                    [x.retry.factor for x in f],
+                    [x.retry.max_delay for x in f],
+                    [x.retry.jitter for x in f],
+                    ch.jobs,
+                    ch.due,
+                    ch.done,
+                    self.commit_mode,
+                )
+                batch.failures = []
+            if batch.reschedules:
+                r = batch.reschedules
+                await conn.execute(
+                    q.reschedule, [x[0] for x in r], [x[1] for x in r], [x[2] for x in r], [x[3] for x in r],
+                    ch.jobs, ch.due, self.commit_mode,
+                )
+                batch.reschedules = []
+            if batch.cancels:
+                c = batch.cancels
+                await conn.execute(
+                    q.finish_cancelled, [x[0] for x in c], [x[1] for x in c], ch.jobs, ch.done, self.commit_mode
+                )
+                batch.cancels = []

@@ -1,0 +1,230 @@
+"""Run one claimed job's handler and turn what happened into an outcome for the completer.
+
+The executor holds no connection and no transaction while a handler runs. It applies the
+task's timeout (here, and only here) and the queue's middleware (``aioqueue.middleware``),
+decides what the attempt's end means (succeeded, retried, dead, snoozed, interrupted, cancelled:
+:func:`~aioqueue._outcome.decide`, the rule it shares with middleware), counts it, and hands the outcome to the
+completer, even when the handler is cancelled (shutdown, a lost lease, a cancel request), so a
+cancellation never skips the bookkeeping. It tracks running handlers by claim (job id and
+attempt), so two attempts of one job are never confused. It never writes to the database itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from . import _payload as payload
+from ._claims import ClaimKey, claim_of
+from ._errors import Abort, Retry, Snooze
+from ._job import Job, _current
+from ._outcome import HandlerTimeout, Interrupt, Outcome, _Attempt, _attempt, decide
+from ._retry import Backoff
+from .middleware import call_with_middleware
+
+if TYPE_CHECKING:
+    from ._completer import Completer
+    from ._task import Task
+    from .middleware import Middleware
+
+logger = logging.getLogger("aioqueue.worker")
+
+_MAX_ERROR_CHARS = 8000
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` plus the innermost frames of the traceback, bounded in size."""
+    try:
+        message = str(exc)
+    except Exception:  # a hostile __str__ must not take the worker down with the job
+        message = "<str() of the exception failed>"
+    head = f"{type(exc).__name__}: {message}"
+    frames = traceback.format_tb(exc.__traceback__)[-5:]
+    text = head + ("\n" + "".join(frames) if frames else "")
+    return text[:_MAX_ERROR_CHARS]
+
+
+def storable_text(text: str) -> str:
+    """``text`` as PostgreSQL ``text`` can hold it: NUL and unpaired surrogates escaped, so an
+    odd error message cannot make the outcome's write fail (and retry) forever."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+class Executor:
+    """Runs handlers for one worker, keeps each running attempt's cancel scope, counts outcomes."""
+
+    def __init__(
+        self,
+        tasks: Mapping[str, Task[Any, Any]],
+        middleware: Sequence[Middleware],
+        completer: Completer,
+    ) -> None:
+        self.tasks = tasks
+        self.middleware = middleware
+        self.completer = completer
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.running: dict[ClaimKey, _Attempt] = {}
+
+    def interrupt(self, claim: ClaimKey, reason: Interrupt) -> bool:
+        """Cancel the running handler of ``claim``; return whether one was running."""
+        attempt = self.running.get(claim)
+        if attempt is None:
+            return False
+        attempt.cancel(reason)
+        return True
+
+    def interrupt_job(self, job_id: int, reason: Interrupt) -> int:
+        """Cancel every running attempt of job ``job_id``; return how many."""
+        return sum(self.interrupt(claim, reason) for claim in list(self.running) if claim[0] == job_id)
+
+    def interrupt_all(self, reason: Interrupt) -> int:
+        """Cancel every running handler; return how many."""
+        return sum(self.interrupt(claim, reason) for claim in list(self.running))
+
+    async def execute(self, job: Job, runner: asyncio.Task[Any] | None = None) -> None:
+        """Run ``job``'s handler to an outcome and hand that outcome to the completer; ``runner``
+        is the task this runs in (looked up when not given)."""
+        task = self.tasks.get(job.task)
+        if task is None:
+            self._fail(
+                job, "dead",
+                f"UnknownTask: no task named {job.task!r} is registered on this worker "
+                f"(known: {', '.join(sorted(self.tasks)) or 'none'})",
+                dead=True,
+            )
+            return
+        problem = task.arguments_problem(job.args)  # jobs enqueued by name or by SQL: checked here
+        if problem is not None:
+            self._fail(job, "dead", f"TypeError: {problem}", task=task, dead=True)
+            return
+
+        claim = claim_of(job)
+        runner = runner or asyncio.current_task()
+        assert runner is not None  # execute() always runs in a task
+        attempt = self.running[claim] = _Attempt(job, runner)
+        job_token = _current.set(job)
+        # Only middleware read the attempt from the context: the plain path skips the cost.
+        attempt_token = _attempt.set(attempt) if self.middleware else None
+        started = time.perf_counter()
+        try:
+            try:
+                if self.middleware:
+                    result = await call_with_middleware(self.middleware, job, lambda: self._call(task, job))
+                elif task.timeout is None:
+                    result = await task.fn(**job.args)  # no timeout to apply: no wrapper either
+                else:
+                    result = await self._call(task, job)
+            finally:
+                alone = attempt.taken_back()
+        except asyncio.CancelledError as exc:
+            if attempt.cancel_sent and alone:
+                # The worker interrupted this handler, and nothing else cancels the runner.
+                self._interrupted(job, attempt.interrupt or Interrupt.SHUTDOWN, started)
+                return
+            outcome = decide(job, exc)
+            if outcome == "interrupted" or attempt.cancel_sent:
+                # The worker itself is being cancelled: record the interruption, then unwind.
+                self._count(job, "interrupted", started)
+                self.completer.rescheduled(job, 0.0, f"Interrupted: {Interrupt.SHUTDOWN.value}")
+                raise
+            # Raised by the handler itself while nothing cancels this worker: a failed attempt.
+            self._fail(job, outcome, describe_error(exc), task=task, started=started)
+        except Snooze as exc:
+            self._count(job, "snoozed", started)
+            self.completer.rescheduled(job, exc.delay)
+        except Retry as exc:
+            reason = exc.reason or "handler asked for a retry"
+            self._fail(job, decide(job, exc), f"Retry: {reason}", task=task, delay=exc.delay, started=started)
+        except Abort as exc:
+            self._fail(job, "dead", f"Abort: {exc.reason}", task=task, dead=True, started=started)
+        except HandlerTimeout as exc:
+            self._fail(job, decide(job, exc), f"TimeoutError: {exc}", task=task, started=started)
+        except BaseException as exc:  # a handler's error, of any kind, must never stop the worker
+            self._fail(job, decide(job, exc), describe_error(exc), task=task, started=started)
+        else:
+            self._count(job, "succeeded", started)
+            stored = payload.encode_result(result, f"job {job.id} (task {job.task!r})") if task.archive else None
+            self.completer.succeeded(job, stored)
+        finally:
+            del self.running[claim]
+            if attempt_token is not None:
+                _attempt.reset(attempt_token)
+            _current.reset(job_token)
+
+    async def _call(self, task: Task[Any, Any], job: Job) -> Any:
+        """Call the handler under the task's timeout (the one place it is applied)."""
+        if task.timeout is None:
+            return await task.fn(**job.args)
+        with anyio.move_on_after(task.timeout) as deadline:
+            result = await task.fn(**job.args)
+        # cancel_called, not cancelled_caught: a handler that swallowed the timeout's
+        # cancellation and returned late still timed out.
+        if deadline.cancel_called:
+            raise HandlerTimeout(task.timeout)
+        return result
+
+    def _interrupted(self, job: Job, reason: Interrupt, started: float) -> None:
+        outcome = decide(job, None, reason)
+        self._count(job, outcome, started)
+        fields = _fields(job, time.perf_counter() - started, outcome)
+        if reason is Interrupt.LEASE_LOST:
+            # The job is no longer ours: any write would be fenced out. Just stop.
+            logger.warning("job %d attempt %d: %s", job.id, job.attempt, reason.value, extra=fields)
+        elif reason is Interrupt.CANCELLED:
+            self.completer.cancelled(job)
+            logger.info("job %d cancelled on request", job.id, extra=fields)
+        else:
+            self.completer.rescheduled(job, 0.0, f"Interrupted: {reason.value}")
+            logger.warning("job %d interrupted: %s; back to pending", job.id, reason.value, extra=fields)
+
+    def _fail(
+        self,
+        job: Job,
+        outcome: Outcome,
+        error: str,
+        *,
+        task: Task[Any, Any] | None = None,
+        delay: float | None = None,
+        dead: bool = False,
+        started: float | None = None,
+    ) -> None:
+        self._count(job, outcome, started, log=False)
+        error = storable_text(error) or "(no message)"
+        self.completer.failed(job, error, task.retry if task is not None else Backoff(), delay=delay, dead=dead)
+        duration = None if started is None else time.perf_counter() - started
+        logger.warning(
+            "job %d attempt %d/%d failed%s: %s",
+            job.id, job.attempt, job.max_attempts, " (dead)" if outcome == "dead" else "",
+            error.splitlines()[0], extra=_fields(job, duration, outcome),
+        )
+
+    def _count(self, job: Job, outcome: Outcome, started: float | None, *, log: bool = True) -> None:
+        self.counts[outcome] += 1
+        if log and outcome == "succeeded" and logger.isEnabledFor(logging.DEBUG):
+            duration = None if started is None else time.perf_counter() - started
+            logger.debug("job %d succeeded", job.id, extra=_fields(job, duration, outcome))
+
+
+def _fields(job: Job, duration: float | None = None, outcome: str | None = None) -> dict[str, object]:
+    """Structured log fields for a job: ``job_id``, ``task``, ``queue``, ``attempt``,
+    ``max_attempts``, and when known ``duration`` (seconds) and ``outcome``."""
+    fields: dict[str, object] = {
+        "job_id": job.id,
+        "task": job.task,
+        "queue": job.queue,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+    }
+    if duration is not None:
+        fields["duration"] = duration
+    if outcome is not None:
+        fields["outcome"] = outcome
+    return fields
+

@@ -1,0 +1,100 @@
+"""Periodic upkeep every worker runs: the reaper, archive retention, and pruning of the
+throughput counters that ``status`` reads.
+
+The reaper returns running jobs whose lease expired (their worker crashed, hung or lost its
+connection) to pending, or to dead when their attempts are spent. Retention deletes archived
+jobs older than the retention period in bounded batches. Both are single statements that skip
+rows other workers hold, so every worker may run them with no leader.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import anyio
+
+if TYPE_CHECKING:
+    from ._database import Database
+
+logger = logging.getLogger("aioqueue.maintenance")
+
+
+async def reap(db: Database, batch: int = 1000) -> int:
+    """Return every job whose lease expired to pending (or dead when its attempts are spent),
+    a batch per statement, and wake the workers of their queues; return how many."""
+    total = 0
+    while True:
+        async with db.connection() as conn:
+            rows = await conn.fetch(db.queries.reap_expired, batch, db.channels.jobs, db.channels.done)
+        total += len(rows)
+        if len(rows) < batch:
+            return total
+
+
+class Maintenance:
+    """Runs the reaper every ``reap_interval`` and retention every ``prune_interval``."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        reap_interval: float,
+        archive_retention: float | None,
+        reap_batch: int = 1000,
+        prune_batch: int = 5000,
+    ) -> None:
+        self.db = db
+        self.reap_interval = reap_interval
+        self.archive_retention = archive_retention
+        self.reap_batch = reap_batch
+        self.prune_batch = prune_batch
+        self.reaped = 0
+
+    async def reap(self) -> int:
+        """Reap expired leases, a batch at a time, until none are left; return how many."""
+        total = await reap(self.db, self.reap_batch)
+        if total:
+            logger.warning("reaped %d job(s) whose lease expired", total)
+        self.reaped += total
+        return total
+
+    async def prune(self) -> int:
+        """Delete archived jobs past retention, a bounded batch per statement; return how many."""
+        if self.archive_retention is None:
+            return 0
+        total = 0
+        while True:
+            async with self.db.connection() as conn:
+                status = await conn.execute(
+                    self.db.queries.prune_archive, self.archive_retention, self.prune_batch
+                )
+            deleted = int(status.split()[-1])
+            total += deleted
+            if deleted < self.prune_batch:
+                return total
+
+    async def prune_stats(self) -> int:
+        """Delete throughput counters (``queue_stats``) older than an hour; return how many."""
+        async with self.db.connection() as conn:
+            status = await conn.execute(self.db.queries.prune_queue_stats, 3600.0)
+        return int(status.split()[-1])
+
+    async def step(self, step: Callable[[], Awaitable[int]]) -> None:
+        """Run one upkeep step; a failure is logged, and left to the next pass."""
+        try:
+            await step()
+        except Exception as exc:
+            logger.warning("maintenance step %s failed (%s: %s)", step.__name__, type(exc).__name__, exc)
+
+    async def run(self, *, reaped: bool = False) -> None:
+        """Run upkeep at start and then every ``reap_interval`` until cancelled (``reaped``: the
+        caller has just reaped, so the first pass does not)."""
+        while True:
+            for step in (self.reap, self.prune, self.prune_stats):
+                if reaped and step == self.reap:
+                    reaped = False
+                    continue
+                await self.step(step)
+            await anyio.sleep(self.reap_interval)

@@ -1,0 +1,396 @@
+"""Claim ready jobs for one worker, end to end: how many, when, and in one statement.
+
+The producer owns the worker's claiming: it works out the free capacity (slots not taken by
+active handlers, plus an adaptive prefetch buffer, see :class:`Prefetch`, capped per queue when
+the worker caps queues), holds
+off while the completer has no room for more outcomes, and waits for a reason to look (a
+notification, a freed slot, the end of a claim that filled every slot, the moment the earliest
+known delayed job or rate window comes due, or the poll tick). It then claims with ``FOR UPDATE
+SKIP LOCKED`` in a single short statement, records the claims, and hands the jobs to the
+worker's runners. It never runs a handler and never holds a transaction open beyond the claim.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+
+from ._claims import ClaimKey, Claims
+from ._job import Connection, Job, Undecodable, decode_claimed
+from ._signal import Flag
+
+if TYPE_CHECKING:
+    from ._completer import Completer
+    from ._config import WorkerConfig
+    from ._database import Database
+
+logger = logging.getLogger("aioqueue.producer")
+
+
+class Prefetch:
+    """How many jobs to claim ahead of free slots: enough to keep the handlers busy across one
+    claim round trip at the rate jobs are finishing, times a small margin, never more than
+    ``cap`` (0: never claim ahead).
+
+    Short jobs are so claimed in large batches; jobs that take longer than a round trip (a 1-s
+    job against a 1-ms claim) round down to a buffer of 0, so a worker never hoards work that
+    other workers could start now. The rate is an exponentially weighted average of the finished
+    count, quick to rise (a burst of short jobs gets large claims within a few round trips) and
+    slower to fall.
+    """
+
+    MARGIN = 4.0
+    """Buffer this many round trips' worth of work: the estimates are noisy and claims vary."""
+    SAMPLE = 0.01
+    """Shortest span (seconds) of one rate sample."""
+    RISE = 0.02
+    FALL = 0.5
+    """Time constants (seconds) of the rate's average when it rises and when it falls."""
+
+    __slots__ = ("_at", "_finished", "cap", "rate", "round_trip")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.rate = 0.0
+        """Jobs finished per second (estimate)."""
+        self.round_trip = 0.0
+        """Seconds one claim takes (estimate)."""
+        self._at = time.monotonic()
+        self._finished = 0
+
+    def finished(self, total: int, now: float) -> None:
+        """Jobs finished so far were ``total`` at ``now``: update the rate."""
+        span = now - self._at
+        if span < self.SAMPLE:
+            return
+        sample = (total - self._finished) / span
+        tau = self.RISE if sample > self.rate else self.FALL
+        self.rate += (1.0 - math.exp(-span / tau)) * (sample - self.rate)
+        self._at, self._finished = now, total
+
+    def claimed(self, seconds: float) -> None:
+        """A claim took ``seconds``: update the round trip."""
+        self.round_trip = seconds if not self.round_trip else self.round_trip + 0.2 * (seconds - self.round_trip)
+
+    def target(self) -> int:
+        """Jobs to hold beyond the free slots now."""
+        if not self.cap:
+            return 0
+        return min(self.cap, int(self.rate * self.round_trip * self.MARGIN))
+
+
+class Producer:
+    """Claims jobs of ``queues`` for one worker, as its capacity allows."""
+
+    def __init__(
+        self,
+        db: Database,
+        config: WorkerConfig,
+        *,
+        queues: Sequence[str],
+        claims: Claims | None = None,
+        completer: Completer | None = None,
+        on_lost: Callable[[ClaimKey], object] = lambda claim: None,
+        ready: anyio.Event | None = None,
+    ) -> None:
+        self.db = db
+        self.config = config
+        self.worker_id = config.name or "aioqueue"
+        self.queues = list(queues)
+        self._queue_set = frozenset(self.queues)
+        # When to look again without being told (monotonic seconds): the earliest delayed job
+        # or rate window we know of. Delayed enqueues, retries and snoozes announce their due
+        # time by NOTIFY; the database is asked at start, after a due time passes, and after a
+        # claim a rate limit may have cut short.
+        self._due: float | None = None
+        self._check_due = True
+        self._woken = False
+        self._claim_started = time.monotonic()
+        self.claims = claims if claims is not None else Claims()
+        self.completer = completer
+        self.on_lost = on_lost
+        self.wakeup = Flag()
+        self.ready = ready if ready is not None else anyio.Event()
+        """Set once the producer has looked for work (and the listener, if any, was started)."""
+        self.statements = 0
+        self.claimed = 0
+        self.buried = 0
+        """Claimed jobs made dead at once because no handler could be called with their row."""
+        self._stopping = False
+        self._slots = config.slots_by_queue
+        self.prefetch = Prefetch(config.prefetch)
+        # Queues with a global concurrency or rate limit: claims on them lock their settings
+        # row first. Re-read at most every `limits_refresh` seconds.
+        self.limited: list[str] = []
+        self.limits_refresh = max(config.poll_interval, 1.0)
+        self._limits_read_at = -math.inf
+
+    # -- steering ------------------------------------------------------------------------------
+
+    def wake(self, queue: str | None = None) -> None:
+        """Look for jobs now (``queue``: the queue a notification named, if any)."""
+        if queue is None or queue in self._queue_set:
+            self._woken = True
+            self.wakeup.set()
+
+    def reconnected(self) -> None:
+        """The listener was away: notifications may be lost, so look now and re-learn due times."""
+        self._check_due = True
+        self.wake()
+
+    def on_due(self, payload: str) -> None:
+        """A ``'seconds queue'`` notification: a job of ``queue`` is due in ``seconds``."""
+        seconds, _, queue = payload.partition(" ")
+        if queue in self._queue_set:
+            try:
+                self.due_in(float(seconds))
+            except ValueError:
+                logger.warning("ignored a malformed due-time notification %r", payload)
+
+    def due_in(self, seconds: float) -> None:
+        """Look again ``seconds`` from now (or earlier, if something else is due sooner)."""
+        at = time.monotonic() + max(0.0, seconds)
+        if self._due is None or at < self._due:
+            self._due = at
+            self.wakeup.set()  # re-arm the wait with the earlier deadline
+
+    def stop(self) -> None:
+        """Stop claiming; :meth:`run` returns at its next step."""
+        self._stopping = True
+        self.wakeup.set()
+        self.claims.freed.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stopping
+
+    # -- capacity ------------------------------------------------------------------------------
+
+    def capacity(self) -> tuple[int, list[int] | None]:
+        """How many jobs to claim now in all, and per queue when the worker caps queues."""
+        cfg = self.config
+        self.prefetch.finished(self.claims.finished_total, time.monotonic())
+        free = min(cfg.concurrency + self.prefetch.target() - self.claims.active, cfg.batch_size or 1)
+        if self._slots is None:
+            return free, None
+        per_queue = [
+            max(0, min(free, self._slots.get(q, free) - self.claims.active_in(q))) for q in self.queues
+        ]
+        return min(free, sum(per_queue)), per_queue
+
+    def _should_wait(self, free: int) -> bool:
+        if free <= 0:
+            return True
+        # Below a worthwhile refill (half the buffer), wait for more room only while jobs in
+        # hand keep us busy: a buffer refills in large claims rather than one job at a time.
+        if free < min(self.config.batch_size or 1, self.prefetch.target() // 2) and self.claims.active:
+            return True
+        return self.completer is not None and not self.completer.has_room()
+
+    async def _wait_for_capacity(self) -> None:
+        if self.completer is not None and not self.completer.has_room():
+            await self.completer.wait_for_room(self.config.poll_interval)
+            return
+        self.claims.freed.clear()
+        await self.claims.freed.wait(self.config.poll_interval)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        send: MemoryObjectSendStream[Job],
+        *,
+        burst: bool = False,
+        on_claimed: Callable[[int], None] = lambda n: None,
+    ) -> None:
+        """Claim and hand jobs to ``send`` until stopped (or, in ``burst`` mode, until no job is
+        ready, none is running and every outcome is written). ``on_claimed(n)`` is called after
+        each claim that got ``n`` > 0 jobs, before they are sent."""
+
+        def hand_over(jobs: list[Job]) -> None:
+            if jobs:
+                for lost in self.claims.take(jobs):
+                    self.on_lost(lost)
+                on_claimed(len(jobs))
+                for job in jobs:
+                    send.send_nowait(job)
+
+        try:
+            while not self._stopping:
+                free, per_queue = self.capacity()
+                if self._should_wait(free):
+                    await self._wait_for_capacity()
+                    continue
+                writes = self.completer.writes if self.completer is not None else 0
+                jobs = await self.claim_with_retry(free, per_queue, hand_over)
+                self.ready.set()
+                # After the hand-over, so the handlers need not wait for it. A burst waits for no
+                # due time (jobs due later do not keep it going) unless a limit holds jobs back.
+                due_unknown = self._check_due or not self.config.listen  # no listener tells due times
+                if len(jobs) < free and (self.limited or (due_unknown and not burst)):
+                    await self._learn_due()
+                if len(jobs) == free:
+                    continue  # every slot filled: there may be more ready right now
+                if not burst:
+                    await self.wait()
+                elif jobs:
+                    continue
+                elif self.claims.active:
+                    await self._wait_for_capacity()
+                elif self.completer is not None and not self.completer.idle:
+                    await self.completer.wait_idle()  # outcomes first: a retry may be ready at once
+                elif self.completer is not None and self.completer.writes != writes:
+                    continue  # outcomes written since the claim may have freed limited slots
+                elif self.limited and await self._held_back():
+                    await self.wait()  # ready jobs a limit holds back: not empty yet
+                else:
+                    return
+        finally:
+            self.ready.set()
+
+    async def wait(self) -> None:
+        """Wait for a wake-up, the earliest known due time, or the poll tick, whichever is first."""
+        deadline = time.monotonic() + self.config.poll_interval
+        while not self._woken and not self._stopping:
+            now = time.monotonic()
+            target = deadline if self._due is None else min(deadline, self._due)
+            if target <= now:
+                break
+            self.wakeup.clear()
+            if self._woken:
+                break
+            await self.wakeup.wait(target - now)
+        self._woken = False
+        if self._due is not None and self._due <= time.monotonic():
+            self._due = None
+            self._check_due = True  # that one is due now: ask what comes after it
+
+    async def _learn_due(self) -> None:
+        """Ask the database when to look next (delayed jobs, rate windows); a failure is left to
+        the poll."""
+        try:
+            async with self.db.connection() as conn:
+                since = time.monotonic() - self._claim_started
+                seconds = await conn.fetchval(self.db.queries.next_wakeup, self.queues, since + 0.001)
+        except Exception as exc:
+            logger.warning("reading the next due time failed (%s: %s)", type(exc).__name__, exc)
+            return
+        self._check_due = False
+        if seconds is not None:
+            self.due_in(seconds)
+
+    async def _held_back(self) -> bool:
+        """Whether ready jobs wait in our queues though we claimed none (a limit holds them)."""
+        async with self.db.connection() as conn:
+            return bool(await conn.fetchval(self.db.queries.ready_jobs, self.queues))
+
+    # -- claiming ------------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        limit: int,
+        per_queue: Sequence[int] | None = None,
+        hand_over: Callable[[list[Job]], None] | None = None,
+    ) -> list[Job]:
+        """Claim up to ``limit`` ready jobs (and up to ``per_queue[i]`` of ``queues[i]``) in one
+        statement; they are running under our lease.
+
+        Claims on queues with a global limit run in a short transaction that first locks those
+        queues' settings rows, so concurrent workers take turns and the limit holds.
+        ``hand_over(jobs)`` is called with the committed claim before the connection goes back to
+        the pool: giving it back costs the event loop a few turns (asyncpg shields the release in
+        a task of its own), which handlers of an idle worker's wake-up need not wait for.
+        """
+        self.statements += 1
+        self._claim_started = time.monotonic()
+        q = self.db.queries
+        wants = list(per_queue) if per_queue is not None else [limit] * len(self.queues)
+        args = (self.queues, wants, self.worker_id, self.config.lease, limit, self.config.commit_mode)
+        handed: list[Job] | None = None
+        try:
+            async with self.db.connection() as conn:
+                now = time.monotonic()
+                if now - self._limits_read_at >= self.limits_refresh:
+                    self.limited = [r["name"] for r in await conn.fetch(q.limited_queues, self.queues)]
+                    self._limits_read_at = now
+                while True:
+                    if self.limited:
+                        async with conn.transaction():
+                            await conn.execute(q.lock_queues, self.limited)
+                            rows = await conn.fetch(q.claim, *args)
+                    else:
+                        rows = await conn.fetch(q.claim_unlimited, *args)
+                    jobs, bad = decode_claimed(rows)
+                    if len(jobs) > 1:
+                        # UPDATE ... RETURNING gives rows in no particular order: hand them to the
+                        # runners in claim order (priority, then run_at, then id).
+                        jobs.sort(key=_claim_order)
+                    self.claimed += len(jobs)
+                    if bad:
+                        await self._bury(conn, bad)
+                        # An empty claim tells the worker nothing is ready: claim again rather
+                        # than return one that is empty only because every row in it was buried.
+                        if not jobs:
+                            continue
+                    if hand_over is not None:
+                        hand_over(jobs)
+                        handed = jobs
+                    return jobs
+        except Exception as exc:
+            if handed is None:
+                raise
+            # The claim committed and its jobs are with the runners: only giving the connection
+            # back failed (the pool replaces it). Claiming again now would take more than fits.
+            logger.warning("returning a connection to the pool after a claim failed (%s: %s)",
+                           type(exc).__name__, exc)
+            return handed
+
+    async def _bury(self, conn: Connection, bad: list[Undecodable]) -> None:
+        """Make dead at once the claimed jobs no handler could be called for: no attempt could
+        decode them, and leaving them running would hold them until their lease expires."""
+        n = len(bad)
+        await conn.execute(
+            self.db.queries.fail, [b.id for b in bad], [b.attempt for b in bad], [b.error for b in bad],
+            [None] * n, [True] * n, [0.0] * n, [1.0] * n, [0.0] * n, [0.0] * n,
+            self.db.channels.jobs, self.db.channels.due, self.db.channels.done, self.config.commit_mode,
+        )
+        self.buried += n
+        for b in bad:
+            logger.error("job %d: marked dead: %s", b.id, b.error)
+
+    async def claim_with_retry(
+        self,
+        limit: int,
+        per_queue: Sequence[int] | None = None,
+        hand_over: Callable[[list[Job]], None] | None = None,
+    ) -> list[Job]:
+        """Claim (see :meth:`claim`), and on a database error log it and back off rather than
+        fail the worker; return nothing once stopping."""
+        failures = 0
+        while not self._stopping:
+            try:
+                self.wakeup.clear()
+                self._woken = False
+                started = time.monotonic()
+                jobs = await self.claim(limit, per_queue, hand_over)
+                self.prefetch.claimed(time.monotonic() - started)
+                return jobs
+            except Exception as exc:
+                failures += 1
+                delay = min(max(self.config.poll_interval, 0.1) * 5, 0.05 * 2**failures)
+                logger.warning("claiming jobs failed (%s: %s); retrying in %.2fs",
+                               type(exc).__name__, exc, delay)
+                await self.wakeup.wait(delay)
+        return []
+
+
+def _claim_order(job: Job) -> tuple[int, datetime.datetime, int]:
+    return (-job.priority, job.run_at, job.id)

@@ -1,0 +1,486 @@
+"""Tasks: registered async functions, and the enqueue calls that turn a call into a job row.
+
+A ``Task`` carries its defaults (queue, priority, attempts, timeout, retry policy); ``options``
+returns an ``Enqueuer`` with some of them overridden for one call, and optionally bound to the
+caller's connection so the job commits or rolls back with the caller's transaction. Arguments
+are checked against the function's signature and serialised here, so bad input fails at the
+call that caused it and nothing is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import inspect
+import itertools
+import operator
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
+
+from . import _enqueue as enqueue
+from . import _payload as payload
+from ._checks import (
+    INT32_MAX,
+    MAX_DELAY_SECONDS,
+    MAX_KEY_BYTES,
+    MAX_KEY_LENGTH,
+    MAX_NAME_LENGTH,
+    check_int,
+    check_key,
+    check_keys,
+    check_name,
+    check_run_at,
+    check_seconds,
+    item_of,
+)
+from ._connections import CallerConnection, Writer, writer_for
+from ._enqueue import CHUNK, Batch
+from ._errors import ConfigurationError, JobArgumentsError
+from ._job import HEADERS_KEY, JobRef
+from ._retry import Backoff
+from .hooks import entered
+
+if TYPE_CHECKING:
+    from ._app import Queue
+
+# The validators live in checks.py; other modules import them from here too.
+__all__ = [
+    "MAX_DELAY_SECONDS", "MAX_KEY_BYTES", "MAX_KEY_LENGTH", "MAX_NAME_LENGTH", "EnqueueOptions", "Enqueuer",
+    "NamedTask", "Task", "check_int", "check_name", "check_run_at", "check_seconds", "checked_options",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_INT32 = INT32_MAX
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EnqueueOptions:
+    """What one enqueue call writes besides the arguments."""
+
+    queue: str | None
+    """None: the queue the task's workers recorded (a job enqueued by name, given no queue)."""
+    priority: int
+    max_attempts: int
+    delay: float = 0.0
+    run_at: datetime.datetime | None = None
+    key: str | None = None
+
+
+class _Enqueues(Generic[P, R]):
+    """What :class:`Task` and :class:`NamedTask` share: a name, enqueue defaults, and
+    ``options`` for one call."""
+
+    name: str
+    defaults: EnqueueOptions
+
+    def options(
+        self,
+        *,
+        conn: CallerConnection | None = None,
+        delay: float | None = None,
+        run_at: datetime.datetime | None = None,
+        priority: int | None = None,
+        key: str | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+    ) -> Enqueuer[P, R]:
+        """Return an enqueuer with these options for the next ``enqueue``/``enqueue_many`` (or
+        ``enqueue_sync``/``enqueue_many_sync`` on a sync connection).
+
+        ``conn``: a connection inside the caller's transaction, which the job joins: asyncpg,
+        SQLAlchemy ``AsyncSession``/``AsyncConnection`` (asyncpg driver), psycopg 3 (async or
+        sync) or Django's. ``delay``/``run_at``: when the job becomes ready, in database time;
+        both may be given (the job runs ``delay`` seconds after ``run_at``). ``key``: a dedup
+        key; while a job with this key is pending or running, enqueueing again returns that
+        job's id.
+        """
+        opts = checked_options(
+            self.defaults, delay=delay, run_at=run_at, priority=priority, key=key, queue=queue,
+            max_attempts=max_attempts,
+        )
+        # Only Task and NamedTask derive from this class.
+        source = cast("Task[P, R] | NamedTask", self)
+        return Enqueuer(source, opts, _writer(self.name, conn))
+
+
+class Task(_Enqueues[P, R]):
+    """An async function registered on a :class:`~aioqueue.Queue`, runnable as a job.
+
+    Calling the task runs the function directly; ``enqueue`` stores a job for a worker.
+    """
+
+    def __init__(
+        self,
+        app: Queue,
+        fn: Callable[P, Awaitable[R]],
+        *,
+        name: str,
+        queue: str,
+        priority: int,
+        max_attempts: int,
+        timeout: float | None,
+        retry: Backoff,
+        archive: bool,
+    ) -> None:
+        if not inspect.iscoroutinefunction(fn):
+            raise ConfigurationError(f"task {name!r}: {fn!r} is not an async function")
+        signature = inspect.signature(fn)
+        for param in signature.parameters.values():
+            if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL):
+                raise ConfigurationError(
+                    f"task {name!r}: parameter {param.name!r} is positional-only or *args; job "
+                    "arguments are stored by name, so every parameter must accept a keyword"
+                )
+        if not isinstance(retry, Backoff):
+            raise ConfigurationError(f"task {name!r}: retry must be an aioqueue.Backoff")
+        self.app = app
+        self.fn = fn
+        self.name = check_name("task name", name)
+        self._queue = check_name("queue name", queue)
+        self.defaults = EnqueueOptions(
+            queue=self._queue,
+            priority=check_int("priority", priority, -_INT32, _INT32),
+            max_attempts=check_int("max_attempts", max_attempts, 1, 10_000),
+        )
+        self.timeout = None if timeout is None else check_seconds("timeout", timeout, allow_zero=False)
+        self.retry = retry
+        self.archive = bool(archive)
+        self.signature = signature
+        # For the fast path of keyword-only calls (bulk enqueue): which names are accepted
+        # (None: any, the function takes **kwargs) and which must be given.
+        params = signature.parameters.values()
+        self._names: frozenset[str] | None = (
+            None if any(p.kind is p.VAR_KEYWORD for p in params) else frozenset(signature.parameters)
+        )
+        self._required = frozenset(p.name for p in params if p.default is p.empty)
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", name)
+
+    @property
+    def queue(self) -> str:
+        """The queue this task's jobs go to unless an enqueue says otherwise."""
+        return self._queue
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name!r} queue={self.queue!r}>"
+
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the function now, in this process, without a job."""
+        return await self.fn(*args, **kwargs)
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
+        """Store a job that calls this task with these arguments; return its id.
+
+        The job is written in a short transaction of its own and wakes the queue's workers.
+        """
+        return await Enqueuer(self, self.defaults, None).enqueue(*args, **kwargs)
+
+    async def enqueue_many(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        keys: Iterable[str | None] | None = None,
+        conn: CallerConnection | None = None,
+    ) -> list[JobRef]:
+        """Store one job per mapping of keyword arguments, all or none, with one NOTIFY; return
+        their ids. ``keys``: one dedup key (or None) per item (see :meth:`Enqueuer.enqueue_many`)."""
+        return await Enqueuer(self, self.defaults, _writer(self.name, conn)).enqueue_many(items, keys=keys)
+
+    def _fits(self, kwargs: Mapping[str, Any]) -> bool:
+        """Whether a keyword-only call with these arguments binds to the signature as they are:
+        the checks bind() makes for one, without its cost (False when the function takes
+        ``**kwargs``: then bind() decides)."""
+        names, keys = self._names, kwargs.keys()
+        return names is not None and keys <= names and self._required <= keys
+
+    def bind_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """Check a call against the signature and return its arguments by name."""
+        if not args and self._fits(kwargs):
+            return dict(kwargs)
+        check_argument_names(self.name, kwargs)
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise JobArgumentsError(f"task {self.name!r}: {exc}") from None
+        named: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            if self.signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+                named.update(value)
+            else:
+                named[name] = value
+        return named
+
+    def all_fit_as_is(self, calls: list[dict[str, Any]]) -> bool:
+        """Are these keyword arguments, every call's, already what :meth:`named_args` would
+        return (the fast check of a bulk enqueue; False means: ask named_args job by job)?"""
+        names = self._names
+        seen = set().union(*calls)
+        if names is None or not names.issuperset(seen):
+            return False
+        required = self._required
+        if not required:
+            return True
+        if not required <= seen:
+            return False
+        # Each call holds only names seen; one as long as the names seen holds them all (the
+        # usual batch: every call names the same arguments). Else ask name by name. Both in C.
+        return min(map(len, calls)) == len(seen) or all(
+            all(map(operator.contains, calls, itertools.repeat(name))) for name in required
+        )
+
+    def named_args(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """One call's arguments by name, checked against the signature, with the hooks' headers
+        if any: the object stored as the job's arguments."""
+        named = self.bind_arguments(args, kwargs)
+        if headers:
+            named[HEADERS_KEY] = dict(headers)
+        return named
+
+    def arguments_problem(self, args: Mapping[str, Any]) -> str | None:
+        """Why a stored job's arguments do not fit this task's signature (naming the task and the
+        argument), or None when they do. For jobs enqueued by name, checked where the handler is."""
+        if self._fits(args):
+            return None  # every job a worker runs asks this: the common answer first
+        if self._names is not None:
+            unexpected = sorted(set(args) - self._names)
+            if unexpected:  # a misspelt name also makes a required one missing: name the cause
+                return f"task {self.name!r}: got an unexpected keyword argument {unexpected[0]!r}"
+        try:
+            self.bind_arguments((), args)
+        except JobArgumentsError as exc:
+            return str(exc)
+        return None
+
+
+_STR_ONLY = frozenset({str})
+
+
+def check_argument_names(task: str, kwargs: Mapping[Any, Any]) -> None:
+    """Refuse arguments by name whose names are not all str, naming the task and the name (a
+    mapping of arguments given as data can hold any key; Python's ``**`` would refuse it with no
+    name at all)."""
+    for name in kwargs:
+        if not isinstance(name, str):
+            raise JobArgumentsError(
+                f"task {task!r}: argument names must be str, got {name!r}; the arguments are a JSON object"
+            )
+
+
+class NamedTask(_Enqueues[..., Any]):
+    """A task known only by name, as a producer without the handler's code sees it.
+
+    Its arguments are any JSON object of keyword arguments (checked against the signature by
+    the worker that runs it). Its defaults are the registered task's when this process has it;
+    else those of ``Queue.task()``, except the queue: given none, a job goes to the queue the
+    workers that serve the task recorded, looked up where it is written, and is refused
+    (:class:`~aioqueue.NotRegisteredError`, nothing written) while no such worker has started.
+    """
+
+    def __init__(self, app: Queue, name: str) -> None:
+        self.app = app
+        self.name = check_name("task name", name)
+        local = app.tasks.get(name)
+        self.archive = local.archive if local is not None else False
+        self.defaults = local.defaults if local is not None else EnqueueOptions(
+            queue=None, priority=0, max_attempts=5
+        )
+        self._local = local
+
+    @property
+    def queue(self) -> str | None:
+        """The queue this task's jobs go to unless an enqueue says otherwise: the registered
+        task's, or None (the queue its workers recorded, looked up at each enqueue)."""
+        return self.defaults.queue
+
+    def __repr__(self) -> str:
+        return f"<NamedTask {self.name!r}>"
+
+    def all_fit_as_is(self, calls: list[dict[str, Any]]) -> bool:
+        """See :meth:`Task.all_fit_as_is`: JSON objects whose names are all str."""
+        if self._local is not None:
+            return self._local.all_fit_as_is(calls)
+        return _STR_ONLY.issuperset(map(type, set().union(*calls)))
+
+    def named_args(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """A JSON object of keyword arguments, checked (against the signature too, when the task
+        is registered in this process), with the hooks' headers if any."""
+        if self._local is not None:
+            return self._local.named_args(args, kwargs, headers)
+        if args:
+            raise JobArgumentsError(f"task {self.name!r}: arguments by name are keyword arguments only")
+        check_argument_names(self.name, kwargs)
+        named = dict(kwargs)
+        if headers:
+            named[HEADERS_KEY] = dict(headers)
+        return named
+
+
+def encode_call(
+    task: Task[Any, Any] | NamedTask,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    headers: Mapping[str, str] | None = None,
+) -> str:
+    """Check and serialise one call's arguments to ``task`` (and the hooks' headers, if any) to
+    the JSON text stored in the job."""
+    return payload.encode_args(task.name, task.named_args(args, kwargs, headers), task.app.max_payload_bytes)
+
+
+def checked_options(
+    defaults: EnqueueOptions,
+    *,
+    delay: float | None = None,
+    run_at: datetime.datetime | None = None,
+    priority: int | None = None,
+    key: str | None = None,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+) -> EnqueueOptions:
+    """Return ``defaults`` with the given options checked and set: the one definition of valid
+    enqueue options, shared by every way in."""
+    changes: dict[str, Any] = {}
+    if delay is not None:
+        changes["delay"] = check_seconds("delay", delay)
+    if run_at is not None:
+        changes["run_at"] = check_run_at(run_at)
+    if priority is not None:
+        changes["priority"] = check_int("priority", priority, -_INT32, _INT32)
+    if key is not None:
+        changes["key"] = check_key(key)
+    if queue is not None:
+        changes["queue"] = check_name("queue name", queue)
+    if max_attempts is not None:
+        changes["max_attempts"] = check_int("max_attempts", max_attempts, 1, 10_000)
+    return dataclasses.replace(defaults, **changes) if changes else defaults
+
+
+def _writer(task: str, conn: object) -> Writer | None:
+    if conn is None:
+        return None
+    try:
+        return writer_for(conn)
+    except ConfigurationError as exc:
+        raise type(exc)(f"task {task!r}: {exc}") from None
+
+
+class Enqueuer(Generic[P, R]):
+    """A task with options set for the next enqueue call (see :meth:`Task.options`)."""
+
+    def __init__(self, task: Task[P, R] | NamedTask, opts: EnqueueOptions, conn: Writer | None):
+        self.task = task
+        self.opts = opts
+        self.conn = conn
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
+        """Store one job; return its id (the live job's id when its dedup key is taken)."""
+        app = self.task.app
+        with entered(app.enqueue_hooks, self.task, 1) as headers:
+            text = encode_call(self.task, args, kwargs, headers)
+            return JobRef(await enqueue.insert_one(app.database, self.task, self.opts, text, self.conn), app)
+
+    async def enqueue_many(
+        self, items: Iterable[Mapping[str, Any]], *, keys: Iterable[str | None] | None = None
+    ) -> list[JobRef]:
+        """Store one job per mapping of keyword arguments, all or none, with one NOTIFY (one
+        statement per ``enqueue.CHUNK`` jobs); return their ids, in the order given.
+
+        Every job gets these options; one dedup key cannot name many jobs, so ``key`` is
+        refused here. ``keys`` gives one key (or None) per item instead: an item whose key
+        names a live job, or an earlier item of the batch, gets that job's id, and is not
+        written.
+        """
+        calls = list(items)
+        app = self.task.app
+        with entered(app.enqueue_hooks, self.task, len(calls)) as headers:
+            batch = self._batch(calls, keys, headers)
+            if batch is None:
+                return []
+            ids = await enqueue.insert_many(app.database, self.task, self.opts, batch, self.conn)
+        return JobRef.many(ids, app)
+
+    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """Store one job through the sync connection given as ``conn`` (psycopg or Django), in
+        its transaction; return its id. Starts no event loop."""
+        text = encode_call(self.task, args, kwargs)
+        return enqueue.insert_one_sync(self.task.app.database, self.task, self.opts, text, self.conn)
+
+    def enqueue_many_sync(
+        self, items: Iterable[Mapping[str, Any]], *, keys: Iterable[str | None] | None = None
+    ) -> list[int]:
+        """Store one job per mapping of keyword arguments through the sync connection given as
+        ``conn``, in its transaction; return their ids (``keys`` as in :meth:`enqueue_many`).
+        Starts no event loop."""
+        batch = self._batch(list(items), keys)
+        if batch is None:
+            return []
+        return enqueue.insert_many_sync(self.task.app.database, self.task, self.opts, batch, self.conn)
+
+    def _batch(
+        self,
+        calls: list[Mapping[str, Any]],
+        keys: Iterable[str | None] | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Batch | None:
+        """Check a bulk call (the options, every item's arguments and key) and encode what it
+        writes; None for no items. Refuses the batch naming the first bad item."""
+        if self.opts.key is not None:
+            raise ConfigurationError(
+                f"task {self.task.name!r}: enqueue_many cannot give one dedup key to many jobs; "
+                "give one per item with keys="
+            )
+        try:
+            per_item = None if keys is None else check_keys(keys, len(calls), "enqueue_many")
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"task {self.task.name!r}: {exc}") from None
+        if not calls:
+            return None
+        named = self._named(calls, headers)
+        arrays = self._encode(named)
+        if per_item is None:
+            return Batch(arrays, len(calls))
+        # Only the first item of each key is written; the rest get its id.
+        seen: set[str] = set()
+        sent = []
+        for i, key in enumerate(per_item):
+            if key is None or key not in seen:
+                sent.append(i)
+                if key is not None:
+                    seen.add(key)
+        if len(sent) < len(calls):  # the whole call was encoded first, so errors name its items
+            arrays = self._encode([named[i] for i in sent])
+        keys = [per_item[i] for i in sent]
+        return Batch(arrays, len(calls), per_item, [keys[at : at + CHUNK] for at in range(0, len(keys), CHUNK)])
+
+    def _named(self, calls: list[Mapping[str, Any]], headers: Mapping[str, str] | None) -> list[dict[str, Any]]:
+        """Every item's arguments by name, checked against the signature (the items themselves
+        when they already are); refuses the batch naming the first bad item."""
+        plain = cast(list[dict[str, Any]], calls)
+        if not headers and set(map(type, calls)) == {dict} and self.task.all_fit_as_is(plain):
+            return plain  # plain dicts that already fit: encoded before this call returns, so not copied
+        named = []
+        for i, item in enumerate(calls):
+            if not isinstance(item, Mapping):
+                raise JobArgumentsError(
+                    f"task {self.task.name!r}: {item_of('enqueue_many', i, len(calls))} is a "
+                    f"{type(item).__name__}, not a mapping of keyword arguments"
+                )
+            try:
+                named.append(self.task.named_args((), item, headers))
+            except JobArgumentsError as exc:
+                raise type(exc)(f"{item_of('enqueue_many', i, len(calls))}: {exc}") from None
+        return named
+
+    def _encode(self, named: list[dict[str, Any]]) -> list[str]:
+        """The jobs' arguments as JSON arrays of at most ``CHUNK`` jobs each (see
+        ``payload.encode_args_array``): one per statement."""
+        name, limit = self.task.name, self.task.app.max_payload_bytes
+        return [
+            payload.encode_args_array(name, named[at : at + CHUNK], limit, "enqueue_many", first=at, total=len(named))
+            for at in range(0, len(named), CHUNK)
+        ]

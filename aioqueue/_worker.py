@@ -1,0 +1,392 @@
+"""The worker: one task group that owns a producer, handler runners, a completer, a notifier,
+a heartbeat, a cancel watch and maintenance, and shuts them down in order.
+
+``run()`` works until ``stop()`` or SIGINT/SIGTERM (a second signal interrupts running
+handlers at once); ``run_until_empty()`` processes every ready job and returns. Shutdown stops
+claiming, lets running handlers finish within ``grace_period``, interrupts the rest (they go
+back to pending without spending an attempt), writes every outcome, and closes the listener.
+The worker wires the services together; each owns its own state (claiming in the producer,
+held claims in :class:`~aioqueue._claims.Claims`, outcomes in the executor, writes in the
+completer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+import signal
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Unpack
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from . import _stop_signals as stop_signals
+from ._claims import ClaimKey, Claims
+from ._completer import Completer
+from ._config import WorkerConfig, WorkerOptions
+from ._errors import ConfigurationError
+from ._executor import Executor
+from ._health import Health
+from ._job import Job
+from ._lease import Heartbeat
+from ._maintenance import Maintenance
+from ._notifier import Notifier
+from ._outcome import Interrupt
+from ._periodic import Scheduler
+from ._producer import Producer
+from ._registry import WorkerRegistry
+
+if TYPE_CHECKING:
+    from ._app import Queue
+
+logger = logging.getLogger("aioqueue.worker")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerStats:
+    """What a worker did: jobs claimed, and how their attempts ended."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead: int = 0
+    snoozed: int = 0
+    interrupted: int = 0
+    cancelled: int = 0
+
+
+class Worker:
+    """Runs the jobs of one :class:`~aioqueue.Queue`'s tasks, ``concurrency`` at a time.
+
+    Options are those of :class:`~aioqueue.WorkerConfig`; pass ``config=`` to start from a
+    config object (keyword options then override its fields).
+    """
+
+    def __init__(self, app: Queue, config: WorkerConfig | None = None, **options: Unpack[WorkerOptions]) -> None:
+        if config is not None and not isinstance(config, WorkerConfig):
+            raise ConfigurationError(f"config must be an aioqueue.WorkerConfig, got {config!r}")
+        self.app = app
+        self.config = WorkerConfig.from_options(options, base=config) if options or config is None else config
+        self.name: str = self.config.name or ""
+        self.ready = anyio.Event()
+        """Set once the worker is listening and has looked for work once."""
+        self.notifier: Notifier | None = None
+        self.producer: Producer | None = None
+        self.executor: Executor | None = None
+        self.heartbeat: Heartbeat | None = None
+        self.maintenance: Maintenance | None = None
+        self.scheduler: Scheduler | None = None
+        self.registry: WorkerRegistry | None = None
+        self.health: Health | None = None
+        self.claims = Claims()
+        self._serving = False
+        self._stop = False
+        self._running = False
+
+    @property
+    def concurrency(self) -> int:
+        """How many handlers run at once."""
+        return self.config.concurrency
+
+    # -- control -------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming; running handlers get ``grace_period`` to finish. Returns at once: await
+        ``run()`` (or its task) to know when the worker is done. Called before ``run()`` (say, by
+        a signal that came while the process was starting), the run stops as soon as it starts."""
+        self._stop = True
+        if self.producer is not None:
+            self.producer.stop()
+
+    def abort(self) -> None:
+        """Stop claiming and interrupt running handlers now (their jobs go back to pending)."""
+        self.stop()
+        if self.executor is not None:
+            self.executor.interrupt_all(Interrupt.SHUTDOWN)
+
+    @property
+    def stats(self) -> WorkerStats:
+        """Counts so far."""
+        counts: dict[str, int] = {} if self.executor is None else dict(self.executor.counts)
+        if self.producer is not None:
+            counts["claimed"] = self.producer.claimed + self.producer.buried
+            counts["dead"] = counts.get("dead", 0) + self.producer.buried
+        return WorkerStats(**counts)
+
+    @property
+    def active(self) -> int:
+        """Jobs claimed and not yet finished by their handler."""
+        return self.claims.active
+
+    async def run(self) -> WorkerStats:
+        """Work until :meth:`stop`, :meth:`abort` or SIGINT/SIGTERM; return the counts."""
+        return await self._run(burst=False)
+
+    async def run_until_empty(self) -> WorkerStats:
+        """Process every ready job, including ones that become ready meanwhile; then return."""
+        return await self._run(burst=True)
+
+    # -- the body ------------------------------------------------------------------------------
+
+    async def _run(self, *, burst: bool) -> WorkerStats:
+        if self._running:
+            raise RuntimeError("this worker is already running")
+        self._running = True
+        db = self.app.database
+        opened = False
+        try:
+            if not db.is_open:
+                await db.open()
+                opened = True
+            await db.check_schema()
+            await self._serve(burst)
+        finally:
+            # A stop asked for before the run began holds for it (a group of workers is told to
+            # stop before each starts); once the run is over, the next one starts afresh.
+            self._running = False
+            self._stop = False
+            if opened:
+                with anyio.CancelScope(shield=True):
+                    await db.close()
+        return self.stats
+
+    async def _serve(self, burst: bool) -> None:
+        cfg, db = self.config, self.app.database
+        if cfg.listen and not burst and not await db.can_listen():
+            logger.warning("LISTEN cannot pass a transaction pooler: polling every %.1fs (set listen_dsn "
+                           "to a DSN straight to the server to be woken at once)", cfg.poll_interval)
+            cfg = dataclasses.replace(cfg, listen=False)
+        queues = list(cfg.queues or sorted({t.queue for t in self.app.tasks.values()}))
+        if not queues:
+            raise ConfigurationError("the worker has no queues: register a task or pass queues=[...]")
+        claims = self.claims = Claims()
+        completer = Completer(
+            db,
+            batch_size=cfg.completion_batch,
+            interval=cfg.completion_interval,
+            max_backlog=max(cfg.completion_batch * 4, cfg.concurrency * 2),
+            on_written=claims.release,
+            commit_mode=cfg.commit_mode,
+        )
+        executor = self.executor = Executor(self.app.tasks, self.app.middleware, completer)
+        producer = self.producer = Producer(
+            db, cfg, queues=queues, claims=claims, completer=completer, on_lost=self._lost, ready=self.ready
+        )
+        if self._stop:
+            producer.stop()
+        self.heartbeat = Heartbeat(
+            db, claims, lease=cfg.lease, interval=cfg.heartbeat_interval or 1.0,
+            writing=completer.writing, on_lost=self._lost,
+        )
+        self.maintenance = Maintenance(
+            db, reap_interval=cfg.reap_interval or 1.0, archive_retention=cfg.archive_retention
+        )
+        try:
+            async with anyio.create_task_group() as services:
+                services.start_soon(completer.run)
+                services.start_soon(self.heartbeat.run)
+                services.start_soon(self._after_first_claim, functools.partial(self.maintenance.run, reaped=True))
+                served = {t.name: t.queue for t in self.app.tasks.values() if t.queue in queues}
+                self.registry = WorkerRegistry(
+                    db, self.name, queues=queues, concurrency=cfg.concurrency, tasks=served
+                )
+                services.start_soon(self.registry.run)
+                if cfg.listen and not burst:
+                    channels: dict[str, Callable[[str], None]] = {
+                        db.channels.jobs: producer.wake,
+                        db.channels.due: producer.on_due,
+                        db.channels.cancel: self._on_cancel,
+                    }
+                    self.notifier = Notifier(db, channels, producer.reconnected, ping_interval=cfg.ping_interval)
+                    await services.start(self.notifier.run)
+                services.start_soon(self._watch_cancels)
+                periodics = [p for p in self.app.periodics.values() if p.task.queue in queues]
+                if periodics and not burst:
+                    self.scheduler = Scheduler(db, periodics)
+                    services.start_soon(self.scheduler.run)
+                if cfg.install_signal_handlers and threading.current_thread() is threading.main_thread():
+                    services.start_soon(self._watch_signals)
+                if cfg.health_port is not None:
+                    self.health = Health(db, self._services_state, port=cfg.health_port, host=cfg.health_addr,
+                                         unready_after=cfg.unready_after, name=self.name)
+                    await services.start(self.health.run)
+                # Register, then reap, then claim, one after the other on the connection the claim
+                # then uses: the worker's row is there before its first job, a worker that starts
+                # after a crash claims the jobs whose leases ran out, and the claim neither waits
+                # behind upkeep for a connection of its own nor makes the pool open one more.
+                await self.registry.tried.wait()
+                await self.maintenance.step(self.maintenance.reap)
+                self._serving = True
+                logger.info("worker %s started: queues=%s concurrency=%d", self.name, ",".join(queues),
+                            cfg.concurrency)
+                try:
+                    await self._work(producer, executor, completer, burst)
+                finally:
+                    self._serving = False
+                    services.cancel_scope.cancel()
+        finally:
+            await self._final_flush(completer)
+            logger.info("worker %s stopped: %s", self.name, self.stats)
+
+    async def _after_first_claim(self, service: Callable[[], Awaitable[None]]) -> None:
+        """Run ``service`` once the producer has looked for work. Retention at start would
+        otherwise take the pool's one warm connection, and leave the first claim to open a new
+        one (a fresh backend, its caches cold: most of a worker's start-up)."""
+        await self.ready.wait()
+        await service()
+
+    async def _work(self, producer: Producer, executor: Executor, completer: Completer, burst: bool) -> None:
+        cfg = self.config
+        send, receive = anyio.create_memory_object_stream[Job](max_buffer_size=cfg.concurrency + cfg.prefetch)
+        async with anyio.create_task_group() as runners:
+            started = 0
+
+            def enough_runners(_claimed: int) -> None:
+                # Runners start as jobs arrive, up to the concurrency: setting up costs nothing
+                # for slots that are never used.
+                nonlocal started
+                while started < min(cfg.concurrency, self.claims.active):
+                    runners.start_soon(self._runner, receive.clone(), executor, completer)
+                    started += 1
+
+            try:
+                async with send:
+                    await producer.run(send, burst=burst, on_claimed=enough_runners)
+                self._hand_back(receive, completer)
+            finally:
+                receive.close()
+                self.ready.set()
+            runners.start_soon(self._enforce_grace, executor, runners.cancel_scope)
+
+    def _hand_back(self, receive: MemoryObjectReceiveStream[Job], completer: Completer) -> None:
+        """Give back at once the jobs claimed ahead and not started, even while every runner is
+        busy with a handler that may take its whole grace period."""
+        while True:
+            try:
+                job = receive.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                return
+            completer.rescheduled(job, 0.0)
+            self.claims.finished(job)
+
+    async def _runner(
+        self, receive: MemoryObjectReceiveStream[Job], executor: Executor, completer: Completer
+    ) -> None:
+        taken = 0
+        task = asyncio.current_task()  # the one an interruption of this runner's job cancels
+        async with receive:
+            while True:
+                # Take a buffered job without the checkpoint anyio's receive() makes first (a
+                # few µs a job), but yield every 32 jobs, before taking one, so that no-op
+                # handlers cannot starve the producer and the completer.
+                if taken % 32 == 31:
+                    await anyio.lowlevel.checkpoint()
+                try:
+                    job = receive.receive_nowait()
+                except anyio.WouldBlock:
+                    try:
+                        job = await receive.receive()
+                    except anyio.EndOfStream:
+                        return
+                except anyio.EndOfStream:
+                    return
+                taken += 1
+                try:
+                    if self._stop:
+                        # Claimed but not started when shutdown began: give it back untouched.
+                        completer.rescheduled(job, 0.0)
+                    else:
+                        await executor.execute(job, task)
+                except Exception:
+                    # Only a bug in aioqueue's own bookkeeping gets here (handlers' errors are
+                    # outcomes): say so loudly and keep the worker's other jobs running. The
+                    # job's lease returns it if no outcome was recorded.
+                    logger.exception("internal error while running job %d attempt %d", job.id, job.attempt)
+                finally:
+                    self.claims.finished(job)
+
+    async def _enforce_grace(self, executor: Executor, runners: anyio.CancelScope) -> None:
+        if await self.claims.idle.wait(self.config.grace_period):
+            return
+        count = executor.interrupt_all(Interrupt.SHUTDOWN)
+        logger.warning("grace period of %.1fs over: interrupting %d running job(s)", self.config.grace_period, count)
+        if not await self.claims.idle.wait(10.0):
+            logger.error("handlers ignored cancellation; abandoning them to the lease")
+            runners.cancel()
+
+    def health_check(self, unready_after: float = 10.0) -> Health:
+        """This worker's liveness and readiness, for a server that reports on a group of workers
+        (:func:`~aioqueue.run_workers` with ``health_port``)."""
+        return Health(self.app.database, self._services_state, unready_after=unready_after, name=self.name)
+
+    def _services_state(self) -> str | None:
+        """None while the worker's services run and it claims; else what it is doing instead."""
+        if not self._serving:
+            return "stopped"
+        if self._stop:
+            return "stopping"
+        return None
+
+    def _lost(self, claim: ClaimKey) -> None:
+        """The lease of ``claim`` is lost (reaped, or the job claimed again): stop its handler."""
+        if self.executor is not None:
+            self.executor.interrupt(claim, Interrupt.LEASE_LOST)
+
+    def _on_cancel(self, payload: str) -> None:
+        """A cancel request arrived by NOTIFY: interrupt the job if it runs here."""
+        if self.executor is not None and payload.isdigit():
+            self.executor.interrupt_job(int(payload), Interrupt.CANCELLED)
+
+    async def _watch_cancels(self) -> None:
+        """Poll for cancel requests of held jobs: the backstop for a lost notification."""
+        db = self.app.database
+        failing = False
+        while True:
+            await anyio.sleep(self.config.poll_interval)
+            held = self.claims.held()
+            if not held or self.executor is None:
+                continue
+            try:
+                async with db.connection() as conn:
+                    rows = await conn.fetch(db.queries.cancel_requests, [i for i, _ in held], [a for _, a in held])
+            except Exception as exc:
+                if not failing:  # once per outage, not once a tick
+                    logger.warning("checking for cancel requests failed (%s: %s)", type(exc).__name__, exc)
+                failing = True
+                continue
+            failing = False
+            for row in rows:
+                self.executor.interrupt((row["id"], row["attempts"]), Interrupt.CANCELLED)
+
+    async def _watch_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            early = stop_signals.take()  # one that came while the command was starting
+            if early is not None:
+                logger.info("%s came while starting: stopping", signal.Signals(early).name)
+                self.stop()
+            async for signum in signals:
+                if not self._stop:
+                    logger.info("%s: stopping gracefully (send again to interrupt running jobs)",
+                                signal.Signals(signum).name)
+                    self.stop()
+                else:
+                    logger.warning("%s again: interrupting running jobs", signal.Signals(signum).name)
+                    self.abort()
+
+    async def _final_flush(self, completer: Completer) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(15.0):
+            while len(completer):
+                try:
+                    await completer.flush()
+                except Exception as exc:
+                    logger.warning("final write of job outcomes failed (%s); retrying", exc)
+                    await anyio.sleep(0.2)
+        if len(completer):
+            logger.error(
+                "%d job outcome(s) could not be written; their leases will return the jobs",
+                len(completer),
+            )
