@@ -1,34 +1,42 @@
-"""Write the outcomes of finished jobs back to PostgreSQL, many per statement.
+"""Write the outcomes of finished jobs back to PostgreSQL, many per statement: the one writer
+of outcomes.
 
 Handlers hand their outcome to the completer without waiting (``succeeded``, ``failed``,
-``rescheduled``); its loop writes each kind with one statement for up to ``batch_size`` buffered
-jobs, flushing when the buffer reaches ``batch_size`` or ``interval`` after the first outcome
-arrived, and always on shutdown. It owns its back-pressure: while more outcomes wait than ``max_backlog``,
-``has_room()`` is false and the producer waits in ``wait_for_room()`` before claiming more. If a
-write fails (the connection dropped, the server restarted) the outcomes
-stay buffered and the write is retried with backoff; while they wait, the heartbeat keeps their
-leases, so nothing is lost. Every write is fenced by the claim (id, attempt), and by default
-commits without waiting for its WAL flush (see the ``commit_mode`` fragment of ``queries.sql``).
+``rescheduled``, ``cancelled``; the worker gives back claimed jobs it never started the same
+way); its loop writes each kind with one statement for up to ``batch_size`` buffered jobs,
+flushing when the buffer reaches ``batch_size`` or ``interval`` after the first outcome arrived,
+and always on shutdown. The producer's claimed rows that no handler can be called for are made
+dead at once through :meth:`Completer.bury`, on the claim's own connection. It owns its
+back-pressure: while more outcomes wait than ``max_backlog``, ``has_room()`` is false and the
+producer waits in ``wait_for_room()`` before claiming more. If a write fails (the connection
+dropped, the server restarted) the outcomes stay buffered and the write is retried with
+backoff; while they wait, the heartbeat keeps their leases, so nothing is lost. Every write is
+fenced by the claim (id, attempt), and by default commits without waiting for its WAL flush
+(see the ``commit_mode`` fragment of ``queries.sql``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
 
 from ._claims import ClaimKey
+from ._job import Connection
+from ._retry import Backoff
 from ._signal import Flag
 
 if TYPE_CHECKING:
     from ._database import Database
     from ._job import Job
-    from ._retry import Backoff
 
 logger = logging.getLogger("aioqueue.completer")
+
+#: The backoff a buried job's failure carries: never used, since the job is dead at once.
+_NO_RETRY = Backoff(base=0.0, factor=1.0, max_delay=0.0, jitter=0.0)
 
 
 @dataclasses.dataclass(slots=True)
@@ -163,6 +171,13 @@ class Completer:
         self._batch.cancels.append((job.id, job.attempt))
         self._arrived()
 
+    async def bury(self, conn: Connection, buried: Sequence[tuple[ClaimKey, str]]) -> None:
+        """Make dead now, on ``conn``, the claims ``buried`` names with why: claimed rows no
+        handler could be called for. Written at once rather than buffered, so that the claim
+        that found them returns only after they are dead."""
+        failures = [_Failure(job_id, attempt, error, None, True, _NO_RETRY) for (job_id, attempt), error in buried]
+        await self._write_on(conn, _Batch(failures=failures))
+
     def _arrived(self) -> None:
         self._idle.clear()
         self._ready.set()
@@ -229,43 +244,45 @@ class Completer:
             self._ready.set()
 
     async def _write(self, batch: _Batch) -> None:
-        q, ch = self.db.queries, self.db.channels
         async with self.db.connection() as conn:
-            if batch.done_ids:
-                await conn.execute(
-                    q.complete, batch.done_ids, batch.done_attempts, batch.done_results, ch.done, ch.jobs,
-                    self.commit_mode,
-                )
-                batch.done_ids, batch.done_attempts, batch.done_results = [], [], []
-            if batch.failures:
-                f = batch.failures
-                await conn.execute(
-                    q.fail,
-                    [x.job_id for x in f],
-                    [x.attempt for x in f],
-                    [x.error for x in f],
-                    [x.delay for x in f],
-                    [x.dead for x in f],
-                    [x.retry.base for x in f],
-                    [x.retry.factor for x in f],
-                    [x.retry.max_delay for x in f],
-                    [x.retry.jitter for x in f],
-                    ch.jobs,
-                    ch.due,
-                    ch.done,
-                    self.commit_mode,
-                )
-                batch.failures = []
-            if batch.reschedules:
-                r = batch.reschedules
-                await conn.execute(
-                    q.reschedule, [x[0] for x in r], [x[1] for x in r], [x[2] for x in r], [x[3] for x in r],
-                    ch.jobs, ch.due, self.commit_mode,
-                )
-                batch.reschedules = []
-            if batch.cancels:
-                c = batch.cancels
-                await conn.execute(
-                    q.finish_cancelled, [x[0] for x in c], [x[1] for x in c], ch.jobs, ch.done, self.commit_mode
-                )
-                batch.cancels = []
+            await self._write_on(conn, batch)
+
+    async def _write_on(self, conn: Connection, batch: _Batch) -> None:
+        """Write ``batch`` on ``conn``, one statement per kind; a kind written is emptied, so a
+        failure leaves only the unwritten ones in the batch."""
+        stmts, mode = self.db.statements, self.commit_mode
+        if batch.done_ids:
+            b = stmts.complete(
+                ids=batch.done_ids, attempts=batch.done_attempts, results=batch.done_results, commit_mode=mode
+            )
+            await conn.execute(b.sql, *b.args)
+            batch.done_ids, batch.done_attempts, batch.done_results = [], [], []
+        if batch.failures:
+            f = batch.failures
+            b = stmts.fail(
+                ids=[x.job_id for x in f],
+                attempts=[x.attempt for x in f],
+                errors=[x.error for x in f],
+                delays=[x.delay for x in f],
+                dead=[x.dead for x in f],
+                base=[x.retry.base for x in f],
+                factor=[x.retry.factor for x in f],
+                max_delay=[x.retry.max_delay for x in f],
+                jitter=[x.retry.jitter for x in f],
+                commit_mode=mode,
+            )
+            await conn.execute(b.sql, *b.args)
+            batch.failures = []
+        if batch.reschedules:
+            r = batch.reschedules
+            b = stmts.reschedule(
+                ids=[x[0] for x in r], attempts=[x[1] for x in r], delays=[x[2] for x in r],
+                notes=[x[3] for x in r], commit_mode=mode,
+            )
+            await conn.execute(b.sql, *b.args)
+            batch.reschedules = []
+        if batch.cancels:
+            c = batch.cancels
+            b = stmts.finish_cancelled(ids=[x[0] for x in c], attempts=[x[1] for x in c], commit_mode=mode)
+            await conn.execute(b.sql, *b.args)
+            batch.cancels = []

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -36,7 +35,8 @@ from ._database_identity import DatabaseIdentity
 from ._dsn import describe_dsn
 from ._errors import AioqueueError, ConfigurationError, ConnectError, SchemaNotReadyError
 from ._job import Connection
-from ._queries import Queries, for_schema, validate_schema
+from ._queries import Queries, validate_schema
+from ._statements import Channels, Statements
 
 _SCHEMA_ERRORS = (
     asyncpg.UndefinedTableError,
@@ -95,24 +95,6 @@ def _dispose(keeper: AsyncGenerator[None, None]) -> None:
         closer.close()
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Channels:
-    """The LISTEN/NOTIFY channels of one schema; payloads stay tiny (a queue name or a job id)."""
-
-    jobs: str
-    """Jobs became ready in a queue (payload: the queue name)."""
-    cancel: str
-    """A running job was asked to stop (payload: its id)."""
-    done: str
-    """Jobs reached a final state that ``result()`` waits for (payload: empty)."""
-    due: str
-    """A job will be due later (payload: ``'seconds queue'``): workers wake for it on time."""
-
-    @classmethod
-    def for_schema(cls, schema: str) -> Channels:
-        return cls(jobs=f"{schema}_jobs", cancel=f"{schema}_cancel", done=f"{schema}_done", due=f"{schema}_due")
-
-
 class Database:
     """The pool, queries and channels of one aioqueue schema."""
 
@@ -158,8 +140,10 @@ class Database:
         """Whether a transaction-pooling proxy stands between us and the server (None: not yet
         known; :meth:`open` detects it for a pool it opens)."""
         self.schema = validate_schema(schema)
-        self.queries: Queries = for_schema(self.schema)
-        self.channels = Channels.for_schema(self.schema)
+        self.statements = Statements.for_schema(self.schema)
+        """The hot-path statements, bound by keyword (see :mod:`aioqueue._statements`)."""
+        self.queries: Queries = self.statements.queries
+        self.channels: Channels = self.statements.channels
         self._borrowed = pool
         """The application's pool, when the queue borrows one; else None."""
         self._pools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}

@@ -54,9 +54,10 @@ class Heartbeat:
         if not held:
             return []
         async with self.db.connection() as conn:
-            rows = await conn.fetch(
-                self.db.queries.extend_leases, [i for i, _ in held], [a for _, a in held], self.lease
+            b = self.db.statements.extend_leases(
+                ids=[i for i, _ in held], attempts=[a for _, a in held], lease=self.lease
             )
+            rows = await conn.fetch(b.sql, *b.args)
         self.beats += 1
         kept = {(r["id"], r["attempts"]) for r in rows}
         # A claim whose outcome was written meanwhile (or is being written) is gone, not lost.

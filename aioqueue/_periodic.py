@@ -24,9 +24,11 @@ import anyio
 from croniter import croniter
 
 from . import _enqueue as enqueue
+from ._checks import check_seconds
+from ._enqueuer import encode_call
 from ._errors import ConfigurationError
 from ._job import Connection
-from ._task import Task, check_seconds, encode_call
+from ._task import Task
 
 if TYPE_CHECKING:
     from ._database import Database

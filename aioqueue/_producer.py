@@ -13,6 +13,7 @@ worker's runners. It never runs a handler and never holds a transaction open bey
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import math
 import time
@@ -23,11 +24,11 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
 from ._claims import ClaimKey, Claims
+from ._completer import Completer
 from ._job import Connection, Job, Undecodable, decode_claimed
 from ._signal import Flag
 
 if TYPE_CHECKING:
-    from ._completer import Completer
     from ._config import WorkerConfig
     from ._database import Database
 
@@ -115,6 +116,9 @@ class Producer:
         self._claim_started = time.monotonic()
         self.claims = claims if claims is not None else Claims()
         self.completer = completer
+        # Where outcomes go: the worker's completer, or (a producer used alone) one of its own
+        # that only ever buries.
+        self._outcomes = completer if completer is not None else Completer(db, commit_mode=config.commit_mode)
         self.on_lost = on_lost
         self.wakeup = Flag()
         self.ready = ready if ready is not None else anyio.Event()
@@ -313,7 +317,10 @@ class Producer:
         self._claim_started = time.monotonic()
         q = self.db.queries
         wants = list(per_queue) if per_queue is not None else [limit] * len(self.queues)
-        args = (self.queues, wants, self.worker_id, self.config.lease, limit, self.config.commit_mode)
+        claim = functools.partial(
+            self.db.statements.claim, queues=self.queues, wants=wants, worker=self.worker_id,
+            lease=self.config.lease, limit=limit, commit_mode=self.config.commit_mode,
+        )
         handed: list[Job] | None = None
         try:
             async with self.db.connection() as conn:
@@ -323,11 +330,13 @@ class Producer:
                     self._limits_read_at = now
                 while True:
                     if self.limited:
+                        b = claim(limited=True)
                         async with conn.transaction():
                             await conn.execute(q.lock_queues, self.limited)
-                            rows = await conn.fetch(q.claim, *args)
+                            rows = await conn.fetch(b.sql, *b.args)
                     else:
-                        rows = await conn.fetch(q.claim_unlimited, *args)
+                        b = claim(limited=False)
+                        rows = await conn.fetch(b.sql, *b.args)
                     jobs, bad = decode_claimed(rows)
                     if len(jobs) > 1:
                         # UPDATE ... RETURNING gives rows in no particular order: hand them to the
@@ -354,15 +363,11 @@ class Producer:
             return handed
 
     async def _bury(self, conn: Connection, bad: list[Undecodable]) -> None:
-        """Make dead at once the claimed jobs no handler could be called for: no attempt could
-        decode them, and leaving them running would hold them until their lease expires."""
-        n = len(bad)
-        await conn.execute(
-            self.db.queries.fail, [b.id for b in bad], [b.attempt for b in bad], [b.error for b in bad],
-            [None] * n, [True] * n, [0.0] * n, [1.0] * n, [0.0] * n, [0.0] * n,
-            self.db.channels.jobs, self.db.channels.due, self.db.channels.done, self.config.commit_mode,
-        )
-        self.buried += n
+        """Make dead at once, through the completer, the claimed jobs no handler could be called
+        for: no attempt could decode them, and leaving them running would hold them until their
+        lease expires."""
+        await self._outcomes.bury(conn, [((b.id, b.attempt), b.error) for b in bad])
+        self.buried += len(bad)
         for b in bad:
             logger.error("job %d: marked dead: %s", b.id, b.error)
 

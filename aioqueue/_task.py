@@ -9,7 +9,6 @@ call that caused it and nothing is written.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import inspect
 import itertools
@@ -17,8 +16,6 @@ import operator
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 
-from . import _enqueue as enqueue
-from . import _payload as payload
 from ._checks import (
     INT32_MAX,
     MAX_DELAY_SECONDS,
@@ -26,19 +23,16 @@ from ._checks import (
     MAX_KEY_LENGTH,
     MAX_NAME_LENGTH,
     check_int,
-    check_key,
-    check_keys,
     check_name,
     check_run_at,
     check_seconds,
-    item_of,
 )
-from ._connections import CallerConnection, Writer, writer_for
-from ._enqueue import CHUNK, Batch
+from ._connections import CallerConnection
+from ._enqueue import EnqueueOptions
+from ._enqueuer import Enqueuer, checked_options, writer
 from ._errors import ConfigurationError, JobArgumentsError
 from ._job import HEADERS_KEY, JobRef
 from ._retry import Backoff
-from .hooks import entered
 
 if TYPE_CHECKING:
     from ._app import Queue
@@ -53,19 +47,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _INT32 = INT32_MAX
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class EnqueueOptions:
-    """What one enqueue call writes besides the arguments."""
-
-    queue: str | None
-    """None: the queue the task's workers recorded (a job enqueued by name, given no queue)."""
-    priority: int
-    max_attempts: int
-    delay: float = 0.0
-    run_at: datetime.datetime | None = None
-    key: str | None = None
 
 
 class _Enqueues(Generic[P, R]):
@@ -102,7 +83,7 @@ class _Enqueues(Generic[P, R]):
         )
         # Only Task and NamedTask derive from this class.
         source = cast("Task[P, R] | NamedTask", self)
-        return Enqueuer(source, opts, _writer(self.name, conn))
+        return Enqueuer(source, opts, writer(self.name, conn))
 
 
 class Task(_Enqueues[P, R]):
@@ -186,7 +167,7 @@ class Task(_Enqueues[P, R]):
     ) -> list[JobRef]:
         """Store one job per mapping of keyword arguments, all or none, with one NOTIFY; return
         their ids. ``keys``: one dedup key (or None) per item (see :meth:`Enqueuer.enqueue_many`)."""
-        return await Enqueuer(self, self.defaults, _writer(self.name, conn)).enqueue_many(items, keys=keys)
+        return await Enqueuer(self, self.defaults, writer(self.name, conn)).enqueue_many(items, keys=keys)
 
     def _fits(self, kwargs: Mapping[str, Any]) -> bool:
         """Whether a keyword-only call with these arguments binds to the signature as they are:
@@ -319,168 +300,3 @@ class NamedTask(_Enqueues[..., Any]):
         if headers:
             named[HEADERS_KEY] = dict(headers)
         return named
-
-
-def encode_call(
-    task: Task[Any, Any] | NamedTask,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    headers: Mapping[str, str] | None = None,
-) -> str:
-    """Check and serialise one call's arguments to ``task`` (and the hooks' headers, if any) to
-    the JSON text stored in the job."""
-    return payload.encode_args(task.name, task.named_args(args, kwargs, headers), task.app.max_payload_bytes)
-
-
-def checked_options(
-    defaults: EnqueueOptions,
-    *,
-    delay: float | None = None,
-    run_at: datetime.datetime | None = None,
-    priority: int | None = None,
-    key: str | None = None,
-    queue: str | None = None,
-    max_attempts: int | None = None,
-) -> EnqueueOptions:
-    """Return ``defaults`` with the given options checked and set: the one definition of valid
-    enqueue options, shared by every way in."""
-    changes: dict[str, Any] = {}
-    if delay is not None:
-        changes["delay"] = check_seconds("delay", delay)
-    if run_at is not None:
-        changes["run_at"] = check_run_at(run_at)
-    if priority is not None:
-        changes["priority"] = check_int("priority", priority, -_INT32, _INT32)
-    if key is not None:
-        changes["key"] = check_key(key)
-    if queue is not None:
-        changes["queue"] = check_name("queue name", queue)
-    if max_attempts is not None:
-        changes["max_attempts"] = check_int("max_attempts", max_attempts, 1, 10_000)
-    return dataclasses.replace(defaults, **changes) if changes else defaults
-
-
-def _writer(task: str, conn: object) -> Writer | None:
-    if conn is None:
-        return None
-    try:
-        return writer_for(conn)
-    except ConfigurationError as exc:
-        raise type(exc)(f"task {task!r}: {exc}") from None
-
-
-class Enqueuer(Generic[P, R]):
-    """A task with options set for the next enqueue call (see :meth:`Task.options`)."""
-
-    def __init__(self, task: Task[P, R] | NamedTask, opts: EnqueueOptions, conn: Writer | None):
-        self.task = task
-        self.opts = opts
-        self.conn = conn
-
-    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
-        """Store one job; return its id (the live job's id when its dedup key is taken)."""
-        app = self.task.app
-        with entered(app.enqueue_hooks, self.task, 1) as headers:
-            text = encode_call(self.task, args, kwargs, headers)
-            return JobRef(await enqueue.insert_one(app.database, self.task, self.opts, text, self.conn), app)
-
-    async def enqueue_many(
-        self, items: Iterable[Mapping[str, Any]], *, keys: Iterable[str | None] | None = None
-    ) -> list[JobRef]:
-        """Store one job per mapping of keyword arguments, all or none, with one NOTIFY (one
-        statement per ``enqueue.CHUNK`` jobs); return their ids, in the order given.
-
-        Every job gets these options; one dedup key cannot name many jobs, so ``key`` is
-        refused here. ``keys`` gives one key (or None) per item instead: an item whose key
-        names a live job, or an earlier item of the batch, gets that job's id, and is not
-        written.
-        """
-        calls = list(items)
-        app = self.task.app
-        with entered(app.enqueue_hooks, self.task, len(calls)) as headers:
-            batch = self._batch(calls, keys, headers)
-            if batch is None:
-                return []
-            ids = await enqueue.insert_many(app.database, self.task, self.opts, batch, self.conn)
-        return JobRef.many(ids, app)
-
-    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> int:
-        """Store one job through the sync connection given as ``conn`` (psycopg or Django), in
-        its transaction; return its id. Starts no event loop."""
-        text = encode_call(self.task, args, kwargs)
-        return enqueue.insert_one_sync(self.task.app.database, self.task, self.opts, text, self.conn)
-
-    def enqueue_many_sync(
-        self, items: Iterable[Mapping[str, Any]], *, keys: Iterable[str | None] | None = None
-    ) -> list[int]:
-        """Store one job per mapping of keyword arguments through the sync connection given as
-        ``conn``, in its transaction; return their ids (``keys`` as in :meth:`enqueue_many`).
-        Starts no event loop."""
-        batch = self._batch(list(items), keys)
-        if batch is None:
-            return []
-        return enqueue.insert_many_sync(self.task.app.database, self.task, self.opts, batch, self.conn)
-
-    def _batch(
-        self,
-        calls: list[Mapping[str, Any]],
-        keys: Iterable[str | None] | None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Batch | None:
-        """Check a bulk call (the options, every item's arguments and key) and encode what it
-        writes; None for no items. Refuses the batch naming the first bad item."""
-        if self.opts.key is not None:
-            raise ConfigurationError(
-                f"task {self.task.name!r}: enqueue_many cannot give one dedup key to many jobs; "
-                "give one per item with keys="
-            )
-        try:
-            per_item = None if keys is None else check_keys(keys, len(calls), "enqueue_many")
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"task {self.task.name!r}: {exc}") from None
-        if not calls:
-            return None
-        named = self._named(calls, headers)
-        arrays = self._encode(named)
-        if per_item is None:
-            return Batch(arrays, len(calls))
-        # Only the first item of each key is written; the rest get its id.
-        seen: set[str] = set()
-        sent = []
-        for i, key in enumerate(per_item):
-            if key is None or key not in seen:
-                sent.append(i)
-                if key is not None:
-                    seen.add(key)
-        if len(sent) < len(calls):  # the whole call was encoded first, so errors name its items
-            arrays = self._encode([named[i] for i in sent])
-        keys = [per_item[i] for i in sent]
-        return Batch(arrays, len(calls), per_item, [keys[at : at + CHUNK] for at in range(0, len(keys), CHUNK)])
-
-    def _named(self, calls: list[Mapping[str, Any]], headers: Mapping[str, str] | None) -> list[dict[str, Any]]:
-        """Every item's arguments by name, checked against the signature (the items themselves
-        when they already are); refuses the batch naming the first bad item."""
-        plain = cast(list[dict[str, Any]], calls)
-        if not headers and set(map(type, calls)) == {dict} and self.task.all_fit_as_is(plain):
-            return plain  # plain dicts that already fit: encoded before this call returns, so not copied
-        named = []
-        for i, item in enumerate(calls):
-            if not isinstance(item, Mapping):
-                raise JobArgumentsError(
-                    f"task {self.task.name!r}: {item_of('enqueue_many', i, len(calls))} is a "
-                    f"{type(item).__name__}, not a mapping of keyword arguments"
-                )
-            try:
-                named.append(self.task.named_args((), item, headers))
-            except JobArgumentsError as exc:
-                raise type(exc)(f"{item_of('enqueue_many', i, len(calls))}: {exc}") from None
-        return named
-
-    def _encode(self, named: list[dict[str, Any]]) -> list[str]:
-        """The jobs' arguments as JSON arrays of at most ``CHUNK`` jobs each (see
-        ``payload.encode_args_array``): one per statement."""
-        name, limit = self.task.name, self.task.app.max_payload_bytes
-        return [
-            payload.encode_args_array(name, named[at : at + CHUNK], limit, "enqueue_many", first=at, total=len(named))
-            for at in range(0, len(named), CHUNK)
-        ]

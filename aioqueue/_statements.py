@@ -1,0 +1,173 @@
+"""The worker's hot-path statements as typed calls: one method per statement of ``queries.sql``
+that claims, finishes, renews or enqueues jobs, taking its values by keyword and returning the
+statement with its ``$n`` parameters in order, ready for the driver.
+
+The statements' SQL lives in ``queries.sql``; this module only binds it, with the schema's
+NOTIFY channels where a statement takes one. It sends nothing itself, so the same bound
+statement serves asyncpg and the callers' drivers alike, and a test checks, without a database,
+that every method binds exactly its statement's ``$1``..``$n``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from ._queries import Queries, for_schema
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Channels:
+    """The LISTEN/NOTIFY channels of one schema; payloads stay tiny (a queue name or a job id)."""
+
+    jobs: str
+    """Jobs became ready in a queue (payload: the queue name)."""
+    cancel: str
+    """A running job was asked to stop (payload: its id)."""
+    done: str
+    """Jobs reached a final state that ``result()`` waits for (payload: empty)."""
+    due: str
+    """A job will be due later (payload: ``'seconds queue'``): workers wake for it on time."""
+
+    @classmethod
+    def for_schema(cls, schema: str) -> Channels:
+        return cls(jobs=f"{schema}_jobs", cancel=f"{schema}_cancel", done=f"{schema}_done", due=f"{schema}_due")
+
+
+class Bound(NamedTuple):
+    """A statement and its parameters, ``$1`` first: ``conn.fetch(bound.sql, *bound.args)``."""
+
+    sql: str
+    args: tuple[Any, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Statements:
+    """The hot-path statements of one schema, bound by keyword."""
+
+    queries: Queries
+    channels: Channels
+
+    @classmethod
+    def for_schema(cls, schema: str) -> Statements:
+        return cls(for_schema(schema), Channels.for_schema(schema))
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def claim(
+        self,
+        *,
+        queues: Sequence[str],
+        wants: Sequence[int],
+        worker: str,
+        lease: float,
+        limit: int,
+        commit_mode: str | None,
+        limited: bool,
+    ) -> Bound:
+        """Claim up to ``wants[i]`` jobs of ``queues[i]``, ``limit`` in all, for ``worker`` under a
+        lease of ``lease`` seconds; ``limited``: some of the queues have a global limit (the
+        caller has locked their settings rows), else the cheaper ``claim_unlimited``."""
+        sql = self.queries.claim if limited else self.queries.claim_unlimited
+        return Bound(sql, (queues, wants, worker, lease, limit, commit_mode))
+
+    def extend_leases(self, *, ids: Sequence[int], attempts: Sequence[int], lease: float) -> Bound:
+        """Renew for ``lease`` seconds the leases of the claims ``(ids[i], attempts[i])``."""
+        return Bound(self.queries.extend_leases, (ids, attempts, lease))
+
+    # -- finishing (the completer's) -------------------------------------------------------
+
+    def complete(
+        self, *, ids: Sequence[int], attempts: Sequence[int], results: Sequence[str | None], commit_mode: str | None
+    ) -> Bound:
+        """Finish succeeded claims, each with its JSON result (kept where the job is archived)."""
+        ch = self.channels
+        return Bound(self.queries.complete, (ids, attempts, results, ch.done, ch.jobs, commit_mode))
+
+    def fail(
+        self,
+        *,
+        ids: Sequence[int],
+        attempts: Sequence[int],
+        errors: Sequence[str],
+        delays: Sequence[float | None],
+        dead: Sequence[bool],
+        base: Sequence[float],
+        factor: Sequence[float],
+        max_delay: Sequence[float],
+        jitter: Sequence[float],
+        commit_mode: str | None,
+    ) -> Bound:
+        """Record failed attempts: retried after ``delays[i]`` (None: the backoff of ``base``,
+        ``factor``, ``max_delay``, ``jitter``), or dead where ``dead[i]`` or attempts are spent."""
+        ch = self.channels
+        return Bound(
+            self.queries.fail,
+            (ids, attempts, errors, delays, dead, base, factor, max_delay, jitter, ch.jobs, ch.due, ch.done,
+             commit_mode),
+        )
+
+    def reschedule(
+        self,
+        *,
+        ids: Sequence[int],
+        attempts: Sequence[int],
+        delays: Sequence[float],
+        notes: Sequence[str | None],
+        commit_mode: str | None,
+    ) -> Bound:
+        """Put claims back to pending after ``delays[i]`` without spending an attempt; a note, if
+        any, becomes the job's last error."""
+        ch = self.channels
+        return Bound(self.queries.reschedule, (ids, attempts, delays, notes, ch.jobs, ch.due, commit_mode))
+
+    def finish_cancelled(self, *, ids: Sequence[int], attempts: Sequence[int], commit_mode: str | None) -> Bound:
+        """Archive as cancelled the claims whose handlers were cancelled on request."""
+        ch = self.channels
+        return Bound(self.queries.finish_cancelled, (ids, attempts, ch.jobs, ch.done, commit_mode))
+
+    # -- enqueueing ------------------------------------------------------------------------
+
+    def enqueue_one(
+        self,
+        *,
+        queue: str | None,
+        task: str,
+        priority: int,
+        run_at: datetime | None,
+        delay: float,
+        max_attempts: int,
+        archive: bool,
+        args: str,
+        key: str | None,
+    ) -> Bound:
+        """Write one job of ``task`` with its JSON ``args`` (``queue`` None: the task's recorded
+        queue), returning the live job of ``key`` instead when there is one."""
+        ch = self.channels
+        return Bound(
+            self.queries.enqueue,
+            (queue, task, priority, run_at, delay, max_attempts, archive, args, key, ch.jobs, ch.due),
+        )
+
+    def enqueue_batch(
+        self,
+        *,
+        queue: str | None,
+        task: str,
+        priority: int,
+        run_at: datetime | None,
+        delay: float,
+        max_attempts: int,
+        archive: bool,
+        args: str,
+        keys: Sequence[str | None] | None,
+    ) -> Bound:
+        """Write the jobs of one JSON array of arguments ``args``; with ``keys`` (one per
+        element, or None), the keyed statement, which returns a key's live job instead."""
+        ch = self.channels
+        head = (queue, task, priority, run_at, delay, max_attempts, archive, args, ch.jobs, ch.due)
+        if keys is None:
+            return Bound(self.queries.enqueue_many, head)
+        return Bound(self.queries.enqueue_many_keyed, (*head, keys))

@@ -1,0 +1,102 @@
+"""The typed statement layer binds exactly what its statements take: each method's keywords and
+channels fill ``$1``..``$n`` of its statement in ``queries.sql``, each once, in the order the
+statement reads them. No database: the statements are only bound, never sent."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+import pytest
+
+from aioqueue._queries import for_schema
+from aioqueue._statements import Channels, Statements
+
+#: Channels named apart, so that each bound channel tells which it is.
+CHANNELS = Channels(jobs="channel jobs", cancel="channel cancel", done="channel done", due="channel due")
+STATEMENTS = Statements(for_schema("aioqueue"), CHANNELS)
+
+#: Each method's statement(s), and what it binds to $1, $2, ... in order: a keyword of the
+#: method, or a channel (``channel.NAME``). The orders are the statements' own, as their
+#: comments in queries.sql describe them.
+ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "claim": (("claim", "claim_unlimited"), ("queues", "wants", "worker", "lease", "limit", "commit_mode")),
+    "extend_leases": (("extend_leases",), ("ids", "attempts", "lease")),
+    "complete": (("complete",), ("ids", "attempts", "results", "channel.done", "channel.jobs", "commit_mode")),
+    "fail": (("fail",), (
+        "ids", "attempts", "errors", "delays", "dead", "base", "factor", "max_delay", "jitter",
+        "channel.jobs", "channel.due", "channel.done", "commit_mode",
+    )),
+    "reschedule": (("reschedule",), (
+        "ids", "attempts", "delays", "notes", "channel.jobs", "channel.due", "commit_mode",
+    )),
+    "finish_cancelled": (("finish_cancelled",), ("ids", "attempts", "channel.jobs", "channel.done", "commit_mode")),
+    "enqueue_one": (("enqueue",), (
+        "queue", "task", "priority", "run_at", "delay", "max_attempts", "archive", "args", "key",
+        "channel.jobs", "channel.due",
+    )),
+    "enqueue_batch": (("enqueue_many", "enqueue_many_keyed"), (
+        "queue", "task", "priority", "run_at", "delay", "max_attempts", "archive", "args",
+        "channel.jobs", "channel.due", "keys",
+    )),
+}
+
+
+def _placeholders(sql: str) -> set[int]:
+    """The ``$n`` a statement reads (outside string literals, where there are none of the form)."""
+    return {int(n) for n in re.findall(r"\$(\d+)", sql)}
+
+
+def _keywords(method: Any) -> list[str]:
+    params = inspect.signature(method).parameters.values()
+    assert all(p.kind is p.KEYWORD_ONLY for p in params), f"{method.__name__} takes keyword arguments only"
+    return [p.name for p in params]
+
+
+def _bind(name: str, **overrides: Any) -> tuple[str, tuple[Any, ...], dict[str, object]]:
+    """Call method ``name`` with a distinct marker for each keyword; return the SQL, the bound
+    values and the markers."""
+    method = getattr(STATEMENTS, name)
+    markers: dict[str, object] = {kw: object() for kw in _keywords(method)}
+    markers.update(overrides)
+    bound = method(**markers)
+    return bound.sql, bound.args, markers
+
+
+def test_every_hot_path_statement_has_a_method() -> None:
+    public = {name for name, _ in inspect.getmembers(Statements, inspect.isfunction) if not name.startswith("_")}
+    assert public == set(ORDER)
+
+
+@pytest.mark.parametrize("name", sorted(ORDER))
+def test_a_method_binds_each_placeholder_of_its_statement_once_in_order(name: str) -> None:
+    statements, order = ORDER[name]
+    variants: list[dict[str, Any]] = [{}]
+    if name == "claim":
+        variants = [{"limited": True}, {"limited": False}]
+    elif name == "enqueue_batch":
+        variants = [{"keys": None}, {}]
+    seen_sql = set()
+    for overrides in variants:
+        sql, args, markers = _bind(name, **overrides)
+        [statement] = [s for s in statements if getattr(STATEMENTS.queries, s) == sql]
+        seen_sql.add(statement)
+        expected = order if statement != "enqueue_many" else order[:-1]  # keys: the keyed statement's $11
+        # The statement reads exactly $1..$n, and the method binds n values.
+        assert _placeholders(sql) == set(range(1, len(expected) + 1)), statement
+        assert len(args) == len(expected), statement
+        for position, (value, what) in enumerate(zip(args, expected, strict=True), start=1):
+            if what.startswith("channel."):
+                assert value == getattr(CHANNELS, what.removeprefix("channel.")), f"{statement} ${position}: {what}"
+            else:
+                assert value is markers[what], f"{statement} ${position} should be {what}"
+    assert seen_sql == set(statements)
+
+
+@pytest.mark.parametrize("name", sorted(ORDER))
+def test_every_keyword_of_a_method_is_bound(name: str) -> None:
+    _, order = ORDER[name]
+    bound = {what for what in order if not what.startswith("channel.")}
+    chooses = {"limited"}  # picks one of the method's statements instead of binding a value
+    assert set(_keywords(getattr(STATEMENTS, name))) - chooses == bound
