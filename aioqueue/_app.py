@@ -21,7 +21,8 @@ from ._config import WorkerOptions
 from ._connections import CallerConnection
 from ._database import Database
 from ._errors import ConfigurationError, JobArgumentsError, NotRegisteredError
-from ._job import Connection, JobInfo, JobRef
+from ._job import Connection, JobRef
+from ._operating import Operations
 from ._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from ._periodic import Missed, Periodic
 from ._queries import Queries
@@ -49,7 +50,7 @@ def _json_object(task: str, args: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(args)
 
 
-class Queue:
+class Queue(Operations):
     """A job queue in one PostgreSQL schema.
 
     Give it a DSN (it opens and owns a pool) or an asyncpg pool of yours. ``async with queue``
@@ -353,72 +354,3 @@ class Queue:
             return registered
 
         return register
-
-    # -- operating (see aioqueue.admin) --------------------------------------------------------
-
-    async def get_job(self, job_id: int) -> JobInfo | None:
-        """Return a job by id, live or archived; None when it is gone (or was never there)."""
-        return await self.admin.get_job(job_id)
-
-    async def list_dead(self, *, queue: str | None = None, limit: int = 100) -> list[JobInfo]:
-        """Return dead jobs, newest first (at most ``limit``, 1 to 10,000)."""
-        return await self.admin.list_dead(queue=queue, limit=limit)
-
-    async def retry_dead(
-        self, ids: Iterable[int] | None = None, *, queue: str | None = None, all: bool = False
-    ) -> list[int]:
-        """Send dead jobs back to pending now; return their ids. Name ids, or pass ``all=True``
-        (optionally with ``queue``)."""
-        return await self.admin.retry_dead(ids, queue=queue, all=all)
-
-    async def purge_dead(
-        self, ids: Iterable[int] | None = None, *, queue: str | None = None, all: bool = False
-    ) -> list[int]:
-        """Delete dead jobs; return their ids. Name ids, or pass ``all=True``."""
-        return await self.admin.purge_dead(ids, queue=queue, all=all)
-
-    async def pause(self, queue: str) -> None:
-        """Stop every worker from claiming jobs of ``queue`` (running jobs finish)."""
-        await self.admin.set_paused(queue, True)
-
-    async def resume(self, queue: str) -> None:
-        """Let workers claim jobs of ``queue`` again, and wake them."""
-        await self.admin.set_paused(queue, False)
-
-    async def set_limits(
-        self, queue: str, *, concurrency: int | None = None, rate: tuple[int, float] | None = None
-    ) -> None:
-        """Limit ``queue`` across every worker: at most ``concurrency`` jobs running, and at
-        most ``rate[0]`` jobs started per ``rate[1]`` seconds. None clears a limit. Workers
-        pick up a change within a second or their poll interval."""
-        await self.admin.set_limits(queue, concurrency=concurrency, rate=rate)
-
-    async def queue_settings(self) -> list[dict[str, Any]]:
-        """Every queue with settings: name, paused, concurrency_limit, rate_limit, rate_period."""
-        return await self.admin.queue_settings()
-
-    async def cancel(self, job_id: int) -> str:
-        """Cancel a job. Return ``"cancelled"`` for a pending job (it will never run),
-        ``"requested"`` for a running one (its handler is cancelled at its next await, through
-        NOTIFY or within the worker's poll interval), ``"not_found"`` otherwise. Cancelled jobs
-        are kept in the archive with status ``cancelled``."""
-        return await self.admin.cancel(job_id)
-
-    async def wait_result(self, job_id: int, *, timeout: float | None = None, poll_interval: float = 1.0) -> Any:
-        """Wait for a job of an archiving task to succeed and return its result.
-
-        Raises :class:`JobFailed` if it died, :class:`JobCancelled` if it was cancelled,
-        :class:`ResultUnavailable` if it is gone without an archived result, and
-        ``TimeoutError`` after ``timeout`` seconds. Woken by NOTIFY; polls as a backstop.
-        """
-        return await self.admin.wait_result(job_id, timeout=timeout, poll_interval=poll_interval)
-
-    async def status(self) -> list[dict[str, Any]]:
-        """Per queue: pending, ready, scheduled, running, dead, oldest ready age in seconds, and
-        jobs that succeeded in the last minute (``completed_last_minute``)."""
-        return await self.admin.status()
-
-    async def reap(self, limit: int = 1000) -> int:
-        """Return jobs with expired leases to pending (or dead); return how many were reaped.
-        ``limit`` is how many one statement takes; the call reaps them all."""
-        return await self.admin.reap(limit)

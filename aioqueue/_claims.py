@@ -6,6 +6,12 @@ it; while its handler has not finished it also takes one of the worker's slots. 
 ``(id, attempt)`` keeps two attempts of one job apart: after a reaper returns a job to pending,
 this very worker may claim it again while the old attempt still runs here. It never talks to the
 database.
+
+Who changes it: the producer takes claims (:meth:`Claims.take`); the worker's runners free a
+slot (:meth:`Claims.finished`) when a handler ends or an unstarted job is given back; claims are
+released (:meth:`Claims.release`) by the completer once their outcomes are written and by the
+heartbeat when it finds a lease lost. The executor, the cancel watch and the producer's
+capacity only read it.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from ._database_identity import DatabaseIdentity
 from ._dsn import describe_dsn
 from ._errors import AioqueueError, ConfigurationError, ConnectError, SchemaNotReadyError
 from ._job import Connection
+from ._loop_pools import LoopPool, dispose, gone, home_loop, running_loop
 from ._queries import Queries, validate_schema
 from ._statements import Channels, Statements
 
@@ -48,51 +49,6 @@ _SCHEMA_ERRORS = (
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Pool reset hook: aioqueue leaves no session state behind, so skip the reset round trip."""
-
-
-def _gone(pool: asyncpg.Pool) -> bool:
-    """Whether ``pool`` can serve no one any more: closed, or its loop is."""
-    home = _home_loop(pool)
-    return pool.is_closing() or (home is not None and home.is_closed())
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-def _home_loop(pool: asyncpg.Pool) -> asyncio.AbstractEventLoop | None:
-    """The event loop ``pool`` was made on (asyncpg keeps it, without a public name)."""
-    loop = getattr(pool, "_loop", None)
-    return loop if isinstance(loop, asyncio.AbstractEventLoop) else None
-
-
-class _LoopPool:
-    """The pool a :class:`Database` opened on one event loop. ``keeper`` is an async generator
-    started on that loop: the loop's runner finalises async generators before it closes the
-    loop (``asyncio.run``, ``asyncio.Runner``, ``anyio.run``, uvloop), which closes the pool
-    while the loop still runs."""
-
-    __slots__ = ("keeper", "lock", "pool")
-
-    def __init__(self) -> None:
-        self.lock = anyio.Lock()
-        self.pool: asyncpg.Pool | None = None
-        self.keeper: AsyncGenerator[None, None] | None = None
-
-
-def _dispose(keeper: AsyncGenerator[None, None]) -> None:
-    """Finish the keeper of a loop that closed without finalising it: its pool cannot be
-    closed any more, and a keeper left to the garbage collector would ask that loop to."""
-    closer = keeper.aclose()
-    try:
-        closer.send(None)  # the keeper awaits nothing once its loop is closed
-    except (StopIteration, RuntimeError):
-        pass
-    finally:
-        closer.close()
 
 
 class Database:
@@ -146,7 +102,7 @@ class Database:
         self.channels: Channels = self.statements.channels
         self._borrowed = pool
         """The application's pool, when the queue borrows one; else None."""
-        self._pools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}
+        self._pools: dict[asyncio.AbstractEventLoop, LoopPool] = {}
         """The pools opened here, by the loop each belongs to."""
         self._pool_sizes = (pool_min_size, pool_max_size)
         self._connect_timeout = float(connect_timeout)
@@ -180,7 +136,7 @@ class Database:
 
     def _own_pool(self) -> asyncpg.Pool | None:
         """The pool opened here for the running loop; outside a loop, the one still open."""
-        loop = _running_loop()
+        loop = running_loop()
         if loop is not None:
             state = self._pools.get(loop)
             return None if state is None else state.pool
@@ -189,7 +145,7 @@ class Database:
 
     def _checked(self, pool: asyncpg.Pool) -> asyncpg.Pool:
         """``pool`` (borrowed), refused if it belongs to another loop than the running one."""
-        home, loop = _home_loop(pool), _running_loop()
+        home, loop = home_loop(pool), running_loop()
         if home is not None and loop is not None and home is not loop:
             raise ConfigurationError(
                 f"the asyncpg pool this queue borrows belongs to another event loop"
@@ -218,7 +174,7 @@ class Database:
         state = self._pools.get(loop)
         if state is None:
             self._forget_closed_loops()
-            state = self._pools[loop] = _LoopPool()
+            state = self._pools[loop] = LoopPool()
         async with state.lock:
             if state.pool is not None:
                 return
@@ -241,7 +197,7 @@ class Database:
             state.keeper = self._close_with_loop(loop, state)
             await state.keeper.asend(None)
 
-    async def _close_with_loop(self, loop: asyncio.AbstractEventLoop, state: _LoopPool) -> AsyncGenerator[None, None]:
+    async def _close_with_loop(self, loop: asyncio.AbstractEventLoop, state: LoopPool) -> AsyncGenerator[None, None]:
         """Wait for the end of ``loop`` (or :meth:`close`), then close its pool, so that no
         connection outlives the loop and no later loop meets a pool it cannot use."""
         try:
@@ -260,7 +216,7 @@ class Database:
         for loop in [loop for loop in self._pools if loop.is_closed()]:
             keeper = self._pools.pop(loop).keeper
             if keeper is not None:
-                _dispose(keeper)
+                dispose(keeper)
 
     def cap_pool(self, max_size: int) -> None:
         """Hold at most ``max_size`` pooled connections (say, from ``aioqueue worker
@@ -316,7 +272,7 @@ class Database:
         current = self._borrowed
         if current is None:
             current = self._own_pool()
-        if current is not None and current is not pool and not _gone(current):
+        if current is not None and current is not pool and not gone(current):
             raise AioqueueError("the queue is already open with another pool")
         self._borrowed = pool
 

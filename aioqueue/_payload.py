@@ -141,7 +141,7 @@ def check_json(value: Any, path: str) -> Any:
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 # The standard library's C encoder, made once: ``json.dumps`` (and ``JSONEncoder.encode`` on a
 # dict) builds a new one per call, which is most of the cost of encoding a small job's
-# arguments (about 5 us of 6 here). It is an implementation detail of CPython's ``json``, so
+# arguments. It is an implementation detail of CPython's ``json``, so
 # where it is missing the plain encoder does the same job. No cycle check: a cycle recurses
 # until RecursionError, which the callers treat as refused and then describe.
 _c_make_encoder: Callable[..., Callable[[Any, int], Sequence[str]]] | None = getattr(

@@ -2,12 +2,12 @@
 
 The producer owns the worker's claiming: it works out the free capacity (slots not taken by
 active handlers, plus an adaptive prefetch buffer, see :class:`Prefetch`, capped per queue when
-the worker caps queues), holds
-off while the completer has no room for more outcomes, and waits for a reason to look (a
-notification, a freed slot, the end of a claim that filled every slot, the moment the earliest
-known delayed job or rate window comes due, or the poll tick). It then claims with ``FOR UPDATE
-SKIP LOCKED`` in a single short statement, records the claims, and hands the jobs to the
-worker's runners. It never runs a handler and never holds a transaction open beyond the claim.
+the worker caps queues), holds off while the completer has no room for more outcomes, and waits
+for a reason to look (a notification, a freed slot, the end of a claim that filled every slot,
+the moment the earliest known delayed job or rate window comes due, or the poll tick). It then
+claims with ``FOR UPDATE SKIP LOCKED`` in a single short statement, records the claims, and
+hands the jobs to the worker's runners. It never runs a handler, never holds a transaction open
+beyond the claim, and writes no outcome itself: rows it cannot decode go to the completer.
 """
 
 from __future__ import annotations
@@ -116,8 +116,7 @@ class Producer:
         self._claim_started = time.monotonic()
         self.claims = claims if claims is not None else Claims()
         self.completer = completer
-        # Where outcomes go: the worker's completer, or (a producer used alone) one of its own
-        # that only ever buries.
+        # Buried rows go to the worker's completer, or to one of its own for a producer used alone.
         self._outcomes = completer if completer is not None else Completer(db, commit_mode=config.commit_mode)
         self.on_lost = on_lost
         self.wakeup = Flag()

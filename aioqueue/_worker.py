@@ -281,7 +281,7 @@ class Worker:
         async with receive:
             while True:
                 # Take a buffered job without the checkpoint anyio's receive() makes first (a
-                # few µs a job), but yield every 32 jobs, before taking one, so that no-op
+                # cost per job), but yield every 32 jobs, before taking one, so that no-op
                 # handlers cannot starve the producer and the completer.
                 if taken % 32 == 31:
                     await anyio.lowlevel.checkpoint()

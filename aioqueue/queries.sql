@@ -391,10 +391,10 @@ WITH claims AS MATERIALIZED (
     -- The DELETE finds its rows by `id = ANY ($1)`, one primary-key lookup per claim, and keeps
     -- those whose own claim is a key (a batch may also hold an older attempt's outcome of the
     -- same job), so the batch is never joined to jobs. (As a join, statistics taken while the
-    -- table was nearly empty made the planner scan the whole table once per claim: 4 s for
-    -- 1,000 outcomes in the soak; leases expired.) The arrays come through subqueries, as the
-    -- object does, so the planner can count neither and price one scan of the table below many
-    -- lookups. fail, reschedule and finish_cancelled do the same.
+    -- table was nearly empty made the planner scan the whole table once per claim, slowly
+    -- enough for leases to expire.) The arrays come through subqueries, as the object does, so
+    -- the planner can count neither and price one scan of the table below many lookups. fail,
+    -- reschedule and finish_cancelled do the same.
     SELECT jsonb_object_agg(d.id || ':' || d.attempts, d.result) AS inputs
     FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::text[])) AS d(id, attempts, result)
 ),
@@ -887,11 +887,16 @@ WITH candidates AS MATERIALIZED (
      ORDER BY j.id DESC
      LIMIT $6)
 ),
+{page_of_live_jobs};
+
+-- fragment: page_of_live_jobs
+-- The end of a listing of live jobs: the page of the candidates (see page_of_candidates), with
+-- the columns every listing shows.
 {page_of_candidates}
 SELECT s.scanned, s.scanned_to, {listed_columns}, j.locked_by, NULL::timestamptz AS finished_at
 FROM s
 LEFT JOIN (matched AS m JOIN {schema}.jobs AS j ON j.id = m.id) ON true
-ORDER BY j.id DESC;
+ORDER BY j.id DESC
 
 -- name: list_running_jobs
 -- list_jobs for running jobs: few (at most the workers' slots), read through jobs_lease_idx
@@ -907,11 +912,7 @@ WITH candidates AS MATERIALIZED (
     ORDER BY j.id DESC
     LIMIT $6
 ),
-{page_of_candidates}
-SELECT s.scanned, s.scanned_to, {listed_columns}, j.locked_by, NULL::timestamptz AS finished_at
-FROM s
-LEFT JOIN (matched AS m JOIN {schema}.jobs AS j ON j.id = m.id) ON true
-ORDER BY j.id DESC;
+{page_of_live_jobs};
 
 -- name: list_archived_jobs
 -- list_jobs over the archive: succeeded or cancelled jobs (status $1), read through the

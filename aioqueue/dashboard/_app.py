@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import logging
-import math
 from collections.abc import AsyncIterator, Iterable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -29,10 +27,9 @@ from starlette.staticfiles import StaticFiles
 
 from .._admin import JOB_STATUSES, BulkAction
 from .._errors import AioqueueError, ConfigurationError
-from .._format import format_age
-from .._payload import UndecodableValue
 from . import _charts as charts
 from . import _inputs as inputs
+from . import _text as text
 from ._inputs import FILTER_FIELDS
 from ._security import (
     CSRF_COOKIE,
@@ -99,11 +96,11 @@ class Dashboard:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        self.templates.filters["age"] = _age
-        self.templates.filters["when"] = _when
+        self.templates.filters["age"] = text.age
+        self.templates.filters["when"] = text.when
         self.templates.filters["count"] = lambda n: f"{n:,}+" if n >= self.count_bound else f"{n:,}"
-        self.templates.filters["json"] = lambda v: _json_text(v, indent=2)
-        self.templates.filters["compact"] = _json_text
+        self.templates.filters["json"] = lambda v: text.json_text(v, indent=2)
+        self.templates.filters["compact"] = text.json_text
         self.templates.filters["first_line"] = lambda t: (t or "").strip().splitlines()[0][:200] if t else ""
 
     @property
@@ -330,23 +327,6 @@ def _redirect(back: str, notice: str) -> RedirectResponse:
     kept = [p for p in query.split("&") if p and not p.startswith("notice=")]
     kept.append(urlencode({"notice": notice}))
     return RedirectResponse(f"{path}?{'&'.join(kept)}", 303)
-
-
-def _json_text(value: Any, indent: int | None = None) -> str:
-    """A stored value as a page shows it: JSON, or what stands for a value that cannot be read."""
-    if isinstance(value, UndecodableValue):
-        return str(value)
-    return json.dumps(value, indent=indent, ensure_ascii=False, default=str)
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None or math.isnan(seconds):
-        return "-"
-    return format_age(max(0.0, seconds))
-
-
-def _when(value: datetime.datetime | None) -> str:
-    return "-" if value is None else value.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def create_app(

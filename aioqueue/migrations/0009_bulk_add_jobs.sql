@@ -1,5 +1,5 @@
 -- add_jobs() writes a batch in one INSERT. It called add_job() once per job: a plan, an insert
--- and a NOTIFY each, about six times the cost of enqueue_many's one statement for the same rows.
+-- and a NOTIFY each, far costlier than enqueue_many's one statement for the same rows.
 -- The checks move into job_problem(), which add_job() and add_jobs() both ask, so a job is
 -- refused for the same reasons, with the same words, whichever way it comes. Nothing about a
 -- stored job changes: same rows, same ids in the order given, same NOTIFYs.
