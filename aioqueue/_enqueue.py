@@ -19,7 +19,7 @@ from . import _payload as payload
 from ._connections import SCHEMA_SQLSTATES, SYNC_WRITERS, AsyncpgWriter, Writer, sqlstate_of
 from ._errors import ConfigurationError, NotRegisteredError, SchemaNotReadyError
 from ._job import Connection
-from ._statements import Bound
+from ._statements import Bound, NewJobs
 
 if TYPE_CHECKING:
     from ._database import Database
@@ -48,12 +48,17 @@ class EnqueueOptions:
     key: str | None = None
 
 
+def new_jobs(task: JobSource, opts: EnqueueOptions) -> NewJobs:
+    """What every job of a call of ``task`` with ``opts`` shares, as the statements take it."""
+    return NewJobs(
+        queue=opts.queue, task=task.name, priority=opts.priority, run_at=opts.run_at, delay=opts.delay,
+        max_attempts=opts.max_attempts, archive=task.archive,
+    )
+
+
 def one_job(db: Database, task: JobSource, opts: EnqueueOptions, args: str) -> Bound:
     """The ``enqueue`` statement for one job with the JSON arguments ``args``."""
-    return db.statements.enqueue_one(
-        queue=opts.queue, task=task.name, priority=opts.priority, run_at=opts.run_at, delay=opts.delay,
-        max_attempts=opts.max_attempts, archive=task.archive, args=args, key=opts.key,
-    )
+    return db.statements.enqueue_one(jobs=new_jobs(task, opts), args=args, key=opts.key)
 
 
 #: Jobs per statement in a bulk call. A batch goes as statements of at most this many jobs,
@@ -101,11 +106,9 @@ class Batch:
         """One statement per array, keyed or not. Every statement sends the same NOTIFY, which
         PostgreSQL delivers once per transaction."""
         sent: list[list[str | None]] | list[None] = self.sent if self.sent is not None else [None] * len(self.arrays)
+        jobs = new_jobs(task, opts)
         return [
-            db.statements.enqueue_batch(
-                queue=opts.queue, task=task.name, priority=opts.priority, run_at=opts.run_at, delay=opts.delay,
-                max_attempts=opts.max_attempts, archive=task.archive, args=array, keys=keys,
-            )
+            db.statements.enqueue_batch(jobs=jobs, args=array, keys=keys)
             for array, keys in zip(self.arrays, sent, strict=True)
         ]
 

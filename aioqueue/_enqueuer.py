@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack, cast
 
 from . import _enqueue as enqueue
 from . import _payload as payload
@@ -39,31 +39,31 @@ def encode_call(
     return payload.encode_args(task.name, task.named_args(args, kwargs, headers), task.app.max_payload_bytes)
 
 
-def checked_options(
-    defaults: EnqueueOptions,
-    *,
-    delay: float | None = None,
-    run_at: datetime.datetime | None = None,
-    priority: int | None = None,
-    key: str | None = None,
-    queue: str | None = None,
-    max_attempts: int | None = None,
-) -> EnqueueOptions:
-    """Return ``defaults`` with the given options checked and set: the one definition of valid
-    enqueue options, shared by every way in."""
-    changes: dict[str, Any] = {}
-    if delay is not None:
-        changes["delay"] = check_seconds("delay", delay)
-    if run_at is not None:
-        changes["run_at"] = check_run_at(run_at)
-    if priority is not None:
-        changes["priority"] = check_int("priority", priority, -INT32_MAX, INT32_MAX)
-    if key is not None:
-        changes["key"] = check_key(key)
-    if queue is not None:
-        changes["queue"] = check_name("queue name", queue)
-    if max_attempts is not None:
-        changes["max_attempts"] = check_int("max_attempts", max_attempts, 1, 10_000)
+class OptionChanges(TypedDict, total=False):
+    """Enqueue options given for one call (None: keep the default); see :meth:`Task.options`."""
+
+    delay: float | None
+    run_at: datetime.datetime | None
+    priority: int | None
+    key: str | None
+    queue: str | None
+    max_attempts: int | None
+
+
+#: How each option is checked: the one definition of valid enqueue options.
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "delay": lambda v: check_seconds("delay", v),
+    "run_at": check_run_at,
+    "priority": lambda v: check_int("priority", v, -INT32_MAX, INT32_MAX),
+    "key": check_key,
+    "queue": lambda v: check_name("queue name", v),
+    "max_attempts": lambda v: check_int("max_attempts", v, 1, 10_000),
+}
+
+
+def checked_options(defaults: EnqueueOptions, **given: Unpack[OptionChanges]) -> EnqueueOptions:
+    """Return ``defaults`` with the given options checked and set, shared by every way in."""
+    changes = {name: _CHECKS[name](value) for name, value in given.items() if value is not None}
     return dataclasses.replace(defaults, **changes) if changes else defaults
 
 

@@ -13,6 +13,7 @@ outcome, most often) is skipped and renewed at the next beat if still held.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
@@ -27,26 +28,20 @@ if TYPE_CHECKING:
 logger = logging.getLogger("aioqueue.lease")
 
 
+@dataclasses.dataclass(eq=False)
 class Heartbeat:
     """Extends the leases of the claims in ``claims``."""
 
-    def __init__(
-        self,
-        db: Database,
-        claims: Claims,
-        *,
-        lease: float,
-        interval: float,
-        on_lost: Callable[[ClaimKey], object],
-        writing: Collection[ClaimKey] = frozenset(),
-    ) -> None:
-        self.db = db
-        self.claims = claims
-        self.lease = lease
-        self.interval = interval
-        self.on_lost = on_lost
-        self.writing = writing
-        self.beats = 0
+    db: Database
+    claims: Claims
+    _: dataclasses.KW_ONLY
+    lease: float
+    interval: float
+    on_lost: Callable[[ClaimKey], object]
+    writing: Collection[ClaimKey] = frozenset()
+    """Claims whose outcome the completer is writing now: gone, not lost, if their rows are."""
+    beats: int = dataclasses.field(default=0, init=False)
+    """Beats so far."""
 
     async def beat(self) -> list[ClaimKey]:
         """Extend every held lease now; return the claims whose lease was lost."""

@@ -9,6 +9,7 @@ rows other workers hold, so every worker may run them with no leader.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -33,24 +34,18 @@ async def reap(db: Database, batch: int = 1000) -> int:
             return total
 
 
+@dataclasses.dataclass(eq=False)
 class Maintenance:
     """Runs the reaper every ``reap_interval`` and retention every ``prune_interval``."""
 
-    def __init__(
-        self,
-        db: Database,
-        *,
-        reap_interval: float,
-        archive_retention: float | None,
-        reap_batch: int = 1000,
-        prune_batch: int = 5000,
-    ) -> None:
-        self.db = db
-        self.reap_interval = reap_interval
-        self.archive_retention = archive_retention
-        self.reap_batch = reap_batch
-        self.prune_batch = prune_batch
-        self.reaped = 0
+    db: Database
+    _: dataclasses.KW_ONLY
+    reap_interval: float
+    archive_retention: float | None
+    reap_batch: int = 1000
+    prune_batch: int = 5000
+    reaped: int = dataclasses.field(default=0, init=False)
+    """Jobs reaped so far."""
 
     async def reap(self) -> int:
         """Reap expired leases, a batch at a time, until none are left; return how many."""

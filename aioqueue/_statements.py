@@ -130,44 +130,35 @@ class Statements:
 
     # -- enqueueing ------------------------------------------------------------------------
 
-    def enqueue_one(
-        self,
-        *,
-        queue: str | None,
-        task: str,
-        priority: int,
-        run_at: datetime | None,
-        delay: float,
-        max_attempts: int,
-        archive: bool,
-        args: str,
-        key: str | None,
-    ) -> Bound:
-        """Write one job of ``task`` with its JSON ``args`` (``queue`` None: the task's recorded
-        queue), returning the live job of ``key`` instead when there is one."""
+    def enqueue_one(self, *, jobs: NewJobs, args: str, key: str | None) -> Bound:
+        """Write one job with its JSON ``args``, returning the live job of ``key`` instead when
+        there is one."""
         ch = self.channels
-        return Bound(
-            self.queries.enqueue,
-            (queue, task, priority, run_at, delay, max_attempts, archive, args, key, ch.jobs, ch.due),
-        )
+        return Bound(self.queries.enqueue, (*jobs.columns(), args, key, ch.jobs, ch.due))
 
-    def enqueue_batch(
-        self,
-        *,
-        queue: str | None,
-        task: str,
-        priority: int,
-        run_at: datetime | None,
-        delay: float,
-        max_attempts: int,
-        archive: bool,
-        args: str,
-        keys: Sequence[str | None] | None,
-    ) -> Bound:
+    def enqueue_batch(self, *, jobs: NewJobs, args: str, keys: Sequence[str | None] | None) -> Bound:
         """Write the jobs of one JSON array of arguments ``args``; with ``keys`` (one per
         element, or None), the keyed statement, which returns a key's live job instead."""
         ch = self.channels
-        head = (queue, task, priority, run_at, delay, max_attempts, archive, args, ch.jobs, ch.due)
         if keys is None:
-            return Bound(self.queries.enqueue_many, head)
-        return Bound(self.queries.enqueue_many_keyed, (*head, keys))
+            return Bound(self.queries.enqueue_many, (*jobs.columns(), args, ch.jobs, ch.due))
+        return Bound(self.queries.enqueue_many_keyed, (*jobs.columns(), args, ch.jobs, ch.due, keys))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NewJobs:
+    """What every job of one enqueue call shares: the enqueue statements' first parameters,
+    ``$1``..``$7`` in this order."""
+
+    queue: str | None
+    """None: the task's recorded queue (see ``queue_of`` in queries.sql)."""
+    task: str
+    priority: int
+    run_at: datetime | None
+    delay: float
+    max_attempts: int
+    archive: bool
+
+    def columns(self) -> tuple[Any, ...]:
+        """The fields in parameter order."""
+        return (self.queue, self.task, self.priority, self.run_at, self.delay, self.max_attempts, self.archive)

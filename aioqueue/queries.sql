@@ -276,18 +276,12 @@ ORDER BY s.name;
 -- Cancel a job: a pending one is moved to the archive as cancelled at once; a running one is
 -- flagged and its worker told through NOTIFY on channel $2 (its poll is the backstop). Whoever
 -- waits for the result of a job cancelled here is woken on channel $3.
-WITH removed AS (
+WITH finished AS (
     DELETE FROM {schema}.jobs AS j
     WHERE j.id = $1 AND j.status = 'pending'
-    RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
+    RETURNING {cancelled_columns}
 ),
-archived AS (
-    INSERT INTO {schema}.jobs_done
-        (id, queue, task, args, status, priority, attempts, dedup_key, created_at)
-    SELECT r.id, r.queue, r.task, r.args, 'cancelled', r.priority, r.attempts, r.dedup_key, r.created_at
-    FROM removed AS r
-    RETURNING 1
-),
+{archived_as_cancelled},
 flagged AS (
     UPDATE {schema}.jobs AS j
     SET cancel_requested = true
@@ -327,20 +321,29 @@ WITH claims AS MATERIALIZED (
 finished AS (
     DELETE FROM {schema}.jobs AS j
     WHERE {claimed_rows}
-    RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
+    RETURNING {cancelled_columns}
 ),
-archived AS (
-    INSERT INTO {schema}.jobs_done
-        (id, queue, task, args, status, priority, attempts, dedup_key, created_at)
-    SELECT r.id, r.queue, r.task, r.args, 'cancelled', r.priority, r.attempts, r.dedup_key, r.created_at
-    FROM finished AS r
-),
+{archived_as_cancelled},
 notified AS (
     {slots_freed($3)}
     UNION ALL
     SELECT pg_notify($4, '') WHERE EXISTS (SELECT FROM finished)
 )
 SELECT count(*) FROM notified WHERE {commit_mode($5)};
+
+-- fragment: cancelled_columns
+-- What a cancelled job keeps in the archive, as the DELETE that removes it returns it.
+j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
+
+-- fragment: archived_as_cancelled
+-- Move the `finished` jobs (see cancelled_columns) to the archive as cancelled; a row each.
+archived AS (
+    INSERT INTO {schema}.jobs_done
+        (id, queue, task, args, status, priority, attempts, dedup_key, created_at)
+    SELECT r.id, r.queue, r.task, r.args, 'cancelled', r.priority, r.attempts, r.dedup_key, r.created_at
+    FROM finished AS r
+    RETURNING 1
+)
 
 -- name: database_now
 -- The database's clock: every schedule is computed from it, never from the worker's.
@@ -379,6 +382,15 @@ FROM (SELECT f.queue, min(f.run_at) AS first FROM finished AS f WHERE f.status =
 j.id = ANY ((SELECT $1::bigint[])::bigint[])
 AND (SELECT c.inputs FROM claims AS c) ? (j.id || ':' || j.attempts)
 AND j.status || '' = 'running'
+
+-- fragment: claim_released
+-- The end of an UPDATE that puts the `claimed_rows` of a batch back to pending or dead: the
+-- claim's lease and holder cleared, the rows returned for the wake-ups.
+lease_expires_at = NULL,
+    locked_at = NULL,
+    locked_by = NULL
+WHERE {claimed_rows}
+RETURNING j.id, j.queue, j.status, j.run_at
 
 -- name: complete
 -- Finish succeeded jobs: delete them, moving those that keep an archive into jobs_done in
@@ -462,11 +474,7 @@ SET (status, run_at, last_error) = (
         FROM jsonb_to_record((SELECT c.inputs FROM claims AS c) -> (j.id || ':' || j.attempts))
              AS f(error text, delay float8, dead bool, base float8, factor float8, max_delay float8, jitter float8)
     ),
-    lease_expires_at = NULL,
-    locked_at = NULL,
-    locked_by = NULL
-WHERE {claimed_rows}
-RETURNING j.id, j.queue, j.status, j.run_at
+    {claim_released}
 ),
 notified AS (
     {slots_freed($10)}
@@ -498,11 +506,7 @@ SET status = 'pending',
              AS r(delay float8, note text)
     ),
     max_attempts = j.max_attempts + 1,
-    lease_expires_at = NULL,
-    locked_at = NULL,
-    locked_by = NULL
-WHERE {claimed_rows}
-RETURNING j.id, j.queue, j.status, j.run_at
+    {claim_released}
 ),
 notified AS (
     SELECT pg_notify($5, q.queue)

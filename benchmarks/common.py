@@ -284,6 +284,17 @@ async def preload(task: aioqueue.Task[..., None], n: int) -> None:
         await task.enqueue_many([{"i": i} for i in range(start, min(n, start + 10_000))])
 
 
+async def preloaded(dsn: str, n: int) -> None:
+    """Migrate the (fresh) database, enqueue ``n`` jobs of the benchmark's task in bulk, and
+    ANALYZE, as autovacuum soon would: the table a drain starts from."""
+    await migrated(dsn)
+    queue, task = make_queue(dsn)
+    async with queue:
+        await preload(task, n)
+        async with queue.connection() as conn:
+            await conn.execute("ANALYZE aioqueue.jobs")
+
+
 @contextlib.asynccontextmanager
 async def competitor_on(name: str, dsn: str) -> AsyncIterator[Competitor]:
     """Another queue's adapter, set up on ``dsn`` for the body and torn down after."""

@@ -11,11 +11,15 @@ from typing import Any
 import pytest
 
 from aioqueue._queries import for_schema
-from aioqueue._statements import Channels, Statements
+from aioqueue._statements import Channels, NewJobs, Statements
 
 #: Channels named apart, so that each bound channel tells which it is.
 CHANNELS = Channels(jobs="channel jobs", cancel="channel cancel", done="channel done", due="channel due")
 STATEMENTS = Statements(for_schema("aioqueue"), CHANNELS)
+
+#: What every enqueued job shares, bound first by both enqueue statements (a NewJobs).
+JOB_COLUMNS = ("jobs.queue", "jobs.task", "jobs.priority", "jobs.run_at", "jobs.delay", "jobs.max_attempts",
+               "jobs.archive")
 
 #: Each method's statement(s), and what it binds to $1, $2, ... in order: a keyword of the
 #: method, or a channel (``channel.NAME``). The orders are the statements' own, as their
@@ -32,13 +36,9 @@ ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         "ids", "attempts", "delays", "notes", "channel.jobs", "channel.due", "commit_mode",
     )),
     "finish_cancelled": (("finish_cancelled",), ("ids", "attempts", "channel.jobs", "channel.done", "commit_mode")),
-    "enqueue_one": (("enqueue",), (
-        "queue", "task", "priority", "run_at", "delay", "max_attempts", "archive", "args", "key",
-        "channel.jobs", "channel.due",
-    )),
+    "enqueue_one": (("enqueue",), (*JOB_COLUMNS, "args", "key", "channel.jobs", "channel.due")),
     "enqueue_batch": (("enqueue_many", "enqueue_many_keyed"), (
-        "queue", "task", "priority", "run_at", "delay", "max_attempts", "archive", "args",
-        "channel.jobs", "channel.due", "keys",
+        *JOB_COLUMNS, "args", "channel.jobs", "channel.due", "keys",
     )),
 }
 
@@ -60,7 +60,11 @@ def _bind(name: str, **overrides: Any) -> tuple[str, tuple[Any, ...], dict[str, 
     method = getattr(STATEMENTS, name)
     markers: dict[str, object] = {kw: object() for kw in _keywords(method)}
     markers.update(overrides)
-    bound = method(**markers)
+    if "jobs" in markers:  # the parameter object: a marker per field
+        fields = {f"jobs.{f}": object() for f in NewJobs.__dataclass_fields__}
+        markers["jobs"] = NewJobs(**{f.removeprefix("jobs."): v for f, v in fields.items()})  # type: ignore[arg-type]
+        markers.update(fields)
+    bound = method(**{k: v for k, v in markers.items() if "." not in k})
     return bound.sql, bound.args, markers
 
 
@@ -97,6 +101,7 @@ def test_a_method_binds_each_placeholder_of_its_statement_once_in_order(name: st
 @pytest.mark.parametrize("name", sorted(ORDER))
 def test_every_keyword_of_a_method_is_bound(name: str) -> None:
     _, order = ORDER[name]
-    bound = {what for what in order if not what.startswith("channel.")}
+    bound = {what.partition(".")[0] if what.startswith("jobs.") else what
+             for what in order if not what.startswith("channel.")}
     chooses = {"limited"}  # picks one of the method's statements instead of binding a value
     assert set(_keywords(getattr(STATEMENTS, name))) - chooses == bound

@@ -11,7 +11,7 @@ import datetime
 import logging
 from collections.abc import AsyncIterator, Iterable
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode
 
 import anyio
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 __all__ = ["Authorizer", "create_app"]
 
 logger = logging.getLogger("aioqueue.dashboard")
+
+A = TypeVar("A", bound=str)
 
 #: Actions that change or remove jobs for good: each asks for a confirmation first.
 DESTRUCTIVE = frozenset({"cancel", "delete"})
@@ -233,6 +235,15 @@ class Dashboard:
 
     # -- actions -------------------------------------------------------------------------------
 
+    async def _action(self, request: Request, allowed: Iterable[A]) -> tuple[A, FormData, str, str]:
+        """An action's name (one of ``allowed``), its checked form, who asks, and where to go after."""
+        asked = str((await request.form()).get("action", ""))
+        action = next((name for name in allowed if name == asked), None)
+        if action is None:
+            raise HTTPException(400, f"unknown action {asked!r}")
+        form, who = await self._form(request, action)
+        return action, form, who, _back(request, form)
+
     async def _form(self, request: Request, action: str) -> tuple[FormData, str]:
         if self.read_only:
             raise HTTPException(403, "this dashboard is read-only")
@@ -251,12 +262,7 @@ class Dashboard:
     async def job_action(self, request: Request) -> Response:
         """Retry, cancel or delete jobs: those selected (``ids``) or every job the filter
         matches (``scope=filter``), in bounded batches."""
-        raw = await request.form()
-        action = str(raw.get("action", ""))
-        if action not in JOB_ACTIONS:
-            raise HTTPException(400, f"unknown action {action!r}")
-        form, who = await self._form(request, action)
-        back = _back(request, form)
+        action, form, who, back = await self._action(request, JOB_ACTIONS)
         scope = str(form.get("scope", "ids"))
         try:
             if scope == "filter":
@@ -289,12 +295,7 @@ class Dashboard:
 
     async def queue_action(self, request: Request) -> Response:
         """Pause, resume or set the limits of a queue."""
-        raw = await request.form()
-        action = str(raw.get("action", ""))
-        if action not in QUEUE_ACTIONS:
-            raise HTTPException(400, f"unknown action {action!r}")
-        form, who = await self._form(request, action)
-        back = _back(request, form)
+        action, form, who, back = await self._action(request, QUEUE_ACTIONS)
         name = str(form.get("queue", ""))
         try:
             if action in ("pause", "resume"):

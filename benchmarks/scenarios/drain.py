@@ -25,6 +25,7 @@ from common import (
     make_queue,
     migrated,
     preload,
+    preloaded,
     recv,
     run_loop,
     worker_for,
@@ -127,12 +128,7 @@ async def aioqueue_drain_processes(
     dsn: str, n: int, processes: int, concurrency: int, options: dict[str, Any]
 ) -> float:
     """Seconds for ``processes`` worker processes to run ``n`` preloaded jobs between them."""
-    await migrated(dsn)
-    queue, task = make_queue(dsn)
-    async with queue:
-        await preload(task, n)
-        async with queue.connection() as conn:
-            await conn.execute("ANALYZE aioqueue.jobs")
+    await preloaded(dsn, n)
     with contextlib.ExitStack() as children:
         pipes = [children.enter_context(child_process(_drain_process, dsn, concurrency, options))
                  for _ in range(processes)]

@@ -6,18 +6,49 @@ call. The enqueue scenario lines these up; the sync paths run in a thread, with 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
 import anyio
 import psycopg
 from common import TASK, make_queue, migrated
 
+import aioqueue
+
 #: One measurement: seconds for ``n`` jobs on the database ``dsn``, one per call or in bulk.
 PathMeasure = Callable[[str, int, bool], Awaitable[float]]
+
+
+async def _timed(
+    task: aioqueue.Task[..., None], n: int, bulk: bool, transaction: Callable[[], AbstractAsyncContextManager[Any]]
+) -> float:
+    """Seconds to enqueue ``n`` jobs, each call in a transaction of its own (``bulk``: one call
+    in one), on the connection or session that ``transaction()`` begins a transaction on."""
+    start = time.perf_counter()
+    if bulk:
+        async with transaction() as conn:
+            await task.enqueue_many([{"i": i} for i in range(n)], conn=conn)
+    else:
+        for i in range(n):
+            async with transaction() as conn:
+                await task.options(conn=conn).enqueue(i=i)
+    return time.perf_counter() - start
+
+
+def _transactions(conn: Any) -> Callable[[], AbstractAsyncContextManager[Any]]:
+    """A transaction on ``conn`` (asyncpg or psycopg) at each call, yielding ``conn``."""
+
+    @contextlib.asynccontextmanager
+    async def transaction() -> AsyncIterator[Any]:
+        async with conn.transaction():
+            yield conn
+
+    return transaction
 
 
 async def asyncpg_conn(dsn: str, n: int, bulk: bool) -> float:
@@ -27,15 +58,7 @@ async def asyncpg_conn(dsn: str, n: int, bulk: bool) -> float:
         async with conn.transaction():  # prepare the statements outside the clock
             await task.options(conn=conn).enqueue(i=-1)
             await task.enqueue_many([{"i": -1}], conn=conn)
-        start = time.perf_counter()
-        if bulk:
-            async with conn.transaction():
-                await task.enqueue_many([{"i": i} for i in range(n)], conn=conn)
-        else:
-            for i in range(n):
-                async with conn.transaction():
-                    await task.options(conn=conn).enqueue(i=i)
-        return time.perf_counter() - start
+        return await _timed(task, n, bulk, _transactions(conn))
 
 
 async def sqlalchemy_session(dsn: str, n: int, bulk: bool) -> float:
@@ -50,15 +73,7 @@ async def sqlalchemy_session(dsn: str, n: int, bulk: bool) -> float:
             async with session_for.begin() as session:
                 await task.options(conn=session).enqueue(i=-1)
                 await task.enqueue_many([{"i": -1}], conn=session)
-            start = time.perf_counter()
-            if bulk:
-                async with session_for.begin() as session:
-                    await task.enqueue_many([{"i": i} for i in range(n)], conn=session)
-            else:
-                for i in range(n):  # a session per call, as per request
-                    async with session_for.begin() as session:
-                        await task.options(conn=session).enqueue(i=i)
-            return time.perf_counter() - start
+            return await _timed(task, n, bulk, session_for.begin)  # a session per call, as per request
     finally:
         await engine.dispose()
 
@@ -69,15 +84,23 @@ async def psycopg_async(dsn: str, n: int, bulk: bool) -> float:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         async with conn.transaction():
             await task.options(conn=conn).enqueue(i=-1)
-        start = time.perf_counter()
-        if bulk:
-            async with conn.transaction():
-                await task.enqueue_many([{"i": i} for i in range(n)], conn=conn)
-        else:
-            for i in range(n):
-                async with conn.transaction():
-                    await task.options(conn=conn).enqueue(i=i)
-        return time.perf_counter() - start
+        return await _timed(task, n, bulk, _transactions(conn))
+
+
+def _timed_sync(
+    task: aioqueue.Task[..., None], n: int, bulk: bool, transaction: Callable[[], AbstractContextManager[Any]],
+    conn: Any,
+) -> float:
+    """:func:`_timed` on a sync connection ``conn``, each call in a ``transaction()`` of its own."""
+    start = time.perf_counter()
+    if bulk:
+        with transaction():
+            task.options(conn=conn).enqueue_many_sync([{"i": i} for i in range(n)])
+    else:
+        for i in range(n):
+            with transaction():
+                task.options(conn=conn).enqueue_sync(i=i)
+    return time.perf_counter() - start
 
 
 async def psycopg_sync(dsn: str, n: int, bulk: bool) -> float:
@@ -88,15 +111,7 @@ async def psycopg_sync(dsn: str, n: int, bulk: bool) -> float:
         with psycopg.connect(dsn, autocommit=True) as conn:
             with conn.transaction():
                 task.options(conn=conn).enqueue_sync(i=-1)
-            start = time.perf_counter()
-            if bulk:
-                with conn.transaction():
-                    task.options(conn=conn).enqueue_many_sync([{"i": i} for i in range(n)])
-            else:
-                for i in range(n):
-                    with conn.transaction():
-                        task.options(conn=conn).enqueue_sync(i=i)
-            return time.perf_counter() - start
+            return _timed_sync(task, n, bulk, conn.transaction, conn)
 
     return await anyio.to_thread.run_sync(measure)
 
@@ -140,15 +155,7 @@ async def django_atomic(dsn: str, n: int, bulk: bool) -> float:
         try:
             with transaction.atomic():
                 task.options(conn=connection).enqueue_sync(i=-1)
-            start = time.perf_counter()
-            if bulk:
-                with transaction.atomic():
-                    task.options(conn=connection).enqueue_many_sync([{"i": i} for i in range(n)])
-            else:
-                for i in range(n):
-                    with transaction.atomic():
-                        task.options(conn=connection).enqueue_sync(i=i)
-            return time.perf_counter() - start
+            return _timed_sync(task, n, bulk, transaction.atomic, connection)
         finally:
             connection.close()
 

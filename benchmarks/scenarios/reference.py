@@ -18,7 +18,7 @@ import time
 
 import anyio
 import asyncpg
-from common import TASK, make_queue, migrated, noop, preload
+from common import TASK, migrated, noop, preloaded
 
 SYSTEM = "reference"
 CLAIM = 100
@@ -44,12 +44,7 @@ RETURNING id
 
 async def reference_drain(dsn: str, n: int) -> float:
     """Seconds for the reference loop to run ``n`` preloaded jobs and delete every one."""
-    await migrated(dsn)
-    queue, task = make_queue(dsn)
-    async with queue:
-        await preload(task, n)
-        async with queue.connection() as conn:
-            await conn.execute("ANALYZE aioqueue.jobs")
+    await preloaded(dsn, n)
     claimer = await asyncpg.connect(dsn)
     deleter = await asyncpg.connect(dsn)
     finished: list[int] = []
