@@ -15,6 +15,7 @@ watch their parent and stop if it disappears. The supervisor never touches the d
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -80,35 +81,25 @@ def describe_exit(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
+@dataclasses.dataclass(eq=False)
 class Supervisor:
     """Keeps ``processes`` children running ``command(slot)``, until a signal or :meth:`stop`."""
 
-    def __init__(
-        self,
-        command: Callable[[int], Sequence[str]],
-        processes: int,
-        *,
-        shutdown_timeout: float = 60.0,
-        restart_delay: float = 0.5,
-        max_restart_delay: float = 30.0,
-        min_uptime: float = 10.0,
-        env: Mapping[str, str] | None = None,
-        handle_signals: bool = True,
-    ) -> None:
-        self.command = command
-        self.env = env
-        self.processes = processes
-        self.shutdown_timeout = shutdown_timeout
-        self.restart_delay = restart_delay
-        self.max_restart_delay = max_restart_delay
-        self.min_uptime = min_uptime
-        self.handle_signals = handle_signals
-        self.children: dict[int, Process] = {}
-        self.restarts = 0
-        self.exit_code = 0
-        self.error: str | None = None
-        """What the child that stopped them all reported (None: none did)."""
-        self._stopping = anyio.Event()
+    command: Callable[[int], Sequence[str]]
+    processes: int
+    _: dataclasses.KW_ONLY
+    shutdown_timeout: float = 60.0
+    restart_delay: float = 0.5
+    max_restart_delay: float = 30.0
+    min_uptime: float = 10.0
+    env: Mapping[str, str] | None = None
+    handle_signals: bool = True
+    children: dict[int, Process] = dataclasses.field(default_factory=dict, init=False)
+    restarts: int = dataclasses.field(default=0, init=False)
+    exit_code: int = dataclasses.field(default=0, init=False)
+    error: str | None = dataclasses.field(default=None, init=False)
+    """What the child that stopped them all reported (None: none did)."""
+    _stopping: anyio.Event = dataclasses.field(default_factory=anyio.Event, init=False)
 
     async def run(self) -> int:
         """Start the children, restart those that die, return once all have stopped."""

@@ -7,6 +7,7 @@ through it. Nothing a request carries reaches SQL text: every value is read thro
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import logging
 from collections.abc import AsyncIterator, Iterable
@@ -65,32 +66,23 @@ CSP = (
 )
 
 
+@dataclasses.dataclass(eq=False)
 class Dashboard:
     """The pages and actions of one dashboard over one :class:`~aioqueue.Queue`."""
 
-    def __init__(
-        self,
-        queue: Queue,
-        *,
-        auth: Authorizer | None,
-        credentials: tuple[str, str] | None,
-        hosts: ServedHosts,
-        read_only: bool,
-        refresh: float,
-        page_size: int,
-        bulk_batch: int,
-        count_bound: int,
-    ) -> None:
-        self.queue = queue
-        self.admin = queue.admin
-        self.auth = auth
-        self.credentials = credentials
-        self.hosts = hosts
-        self.read_only = read_only
-        self.refresh = refresh
-        self.page_size = page_size
-        self.bulk_batch = bulk_batch
-        self.count_bound = count_bound
+    queue: Queue
+    _: dataclasses.KW_ONLY
+    auth: Authorizer | None
+    credentials: tuple[str, str] | None
+    hosts: ServedHosts
+    read_only: bool
+    refresh: float
+    page_size: int
+    bulk_batch: int
+    count_bound: int
+
+    def __post_init__(self) -> None:
+        self.admin = self.queue.admin
         self._opening = anyio.Lock()
         self._opened = False
         self.templates = jinja2.Environment(
