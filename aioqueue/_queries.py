@@ -86,6 +86,12 @@ class Queries:
     get_job_detail: str
     cancel_jobs: str
     delete_jobs: str
+    find_jobs: str
+    clock_state: str
+    set_clock: str
+    redefine_clock: str
+    wake_due: str
+    drop_schema: str
 
 
 def parse(text: str) -> dict[str, str]:

@@ -1,16 +1,23 @@
 -- Every statement aioqueue sends, named. `{schema}` is the validated schema name; every value
 -- is a $n parameter. The loader (queries.py) turns each block into a field of `Queries`.
+--
+-- Time is the queue's clock, `{schema}.now()` (migration 0012): the transaction's now(), inlined
+-- by the planner, which tests move (aioqueue.testing). Only the worker registry, which tells live
+-- processes from dead ones by real seconds, and the migrations table, which exists before the
+-- clock does, read the wall clock, as `pg_catalog.now()`; tests/test_testing_kit.py holds every
+-- other statement to the queue's clock.
 
 -- name: create_schema
 -- Migrations, first step: the schema itself.
 CREATE SCHEMA IF NOT EXISTS {schema};
 
 -- name: create_migrations_table
--- Migrations, second step: the table that records which versions are applied.
+-- Migrations, second step: the table that records which versions are applied (stamped by the
+-- wall clock: the queue's clock is created by a migration).
 CREATE TABLE IF NOT EXISTS {schema}.migrations (
     version    int PRIMARY KEY,
     name       text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
+    applied_at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 
 -- name: migration_lock
@@ -62,8 +69,8 @@ ins AS (
 -- A job ready now wakes its queue's workers (channel $10, payload: the queue); a delayed one
 -- tells them when it is due (channel $11, payload: 'seconds queue'), so they wake on time.
 SELECT ins.id, ins.inserted,
-       CASE WHEN ins.run_at > now()
-            THEN pg_notify($11, extract(epoch FROM ins.run_at - now())::text || ' ' || q.queue)
+       CASE WHEN ins.run_at > {schema}.now()
+            THEN pg_notify($11, extract(epoch FROM ins.run_at - {schema}.now())::text || ' ' || q.queue)
             ELSE pg_notify($10, q.queue) END::text AS notified
 FROM ins, q;
 
@@ -113,8 +120,8 @@ FROM ins, (SELECT count(*) FROM notified) AS n;
 -- A batch's one NOTIFY, as enqueue sends it: on the jobs channel ($9) or, for delayed jobs,
 -- the due one ($10); none when the batch has no queue (and so wrote nothing).
 notified AS (
-    SELECT CASE WHEN c.run_at > now()
-                THEN pg_notify($10, extract(epoch FROM c.run_at - now())::text || ' ' || q.queue)
+    SELECT CASE WHEN c.run_at > {schema}.now()
+                THEN pg_notify($10, extract(epoch FROM c.run_at - {schema}.now())::text || ' ' || q.queue)
                 ELSE pg_notify($9, q.queue) END
     FROM (SELECT {run_at} AS run_at) AS c, q
     WHERE q.queue IS NOT NULL
@@ -134,7 +141,7 @@ q AS (SELECT coalesce($1::text, {schema}.task_queue($2::text)) AS queue)
 -- there (a later instant would be one no client could read back).
 LEAST(CASE $4::timestamptz WHEN '-infinity' THEN '0001-01-01 00:00:00+00'
                            WHEN 'infinity' THEN '9999-12-31 23:59:59.999999+00'
-                           ELSE coalesce($4::timestamptz, now()) END
+                           ELSE coalesce($4::timestamptz, {schema}.now()) END
       + make_interval(secs => $5),
       '9999-12-31 23:59:59.999999+00')
 
@@ -169,7 +176,7 @@ wanted AS (
                    WHERE r.status = 'running' AND r.queue = w.queue) END,
                CASE WHEN s.rate_limit IS NOT NULL THEN s.rate_limit - (
                    SELECT count(*) FROM unnest(s.recent_starts) AS t(at)
-                   WHERE t.at > now() - make_interval(secs => s.rate_period)) END
+                   WHERE t.at > {schema}.now() - make_interval(secs => s.rate_period)) END
            )) END AS n
     FROM unnest($1::text[], $2::int[]) AS w(queue, n)
     LEFT JOIN settings AS s ON s.name = w.queue
@@ -185,8 +192,8 @@ started AS (
     UPDATE {schema}.queues AS s
     SET recent_starts = ARRAY(
             SELECT t.at FROM unnest(s.recent_starts) AS t(at)
-            WHERE t.at > now() - make_interval(secs => s.rate_period)
-        ) || array_fill(now(), ARRAY[n.claimed::int])
+            WHERE t.at > {schema}.now() - make_interval(secs => s.rate_period)
+        ) || array_fill({schema}.now(), ARRAY[n.claimed::int])
     FROM (SELECT c.queue, count(*) AS claimed FROM claimed AS c GROUP BY c.queue) AS n
     WHERE s.name = n.queue AND s.rate_limit IS NOT NULL
 )
@@ -207,7 +214,7 @@ WITH due AS (
     FROM unnest($1::text[]) AS w(queue)
     CROSS JOIN LATERAL (
         SELECT j.run_at FROM {schema}.jobs AS j
-        WHERE j.status = 'pending' AND j.queue = w.queue AND j.run_at > now() - make_interval(secs => $2)
+        WHERE j.status = 'pending' AND j.queue = w.queue AND j.run_at > {schema}.now() - make_interval(secs => $2)
         ORDER BY j.run_at
         LIMIT 1
     ) AS c
@@ -217,11 +224,11 @@ rate AS (
     FROM {schema}.queues AS s
     CROSS JOIN LATERAL (
         SELECT min(t.at) AS oldest, count(*) AS n FROM unnest(s.recent_starts) AS t(at)
-        WHERE t.at > now() - make_interval(secs => s.rate_period)
+        WHERE t.at > {schema}.now() - make_interval(secs => s.rate_period)
     ) AS w
     WHERE s.name = ANY($1::text[]) AND NOT s.paused AND s.rate_limit IS NOT NULL AND w.n >= s.rate_limit
 )
-SELECT extract(epoch FROM least((SELECT at FROM due), (SELECT at FROM rate)) - now())::float8;
+SELECT extract(epoch FROM least((SELECT at FROM due), (SELECT at FROM rate)) - {schema}.now())::float8;
 
 -- name: ready_jobs
 -- Whether any job of the queues $1 is ready now (pending, due, its queue not paused): what
@@ -230,7 +237,7 @@ SELECT EXISTS (
     SELECT FROM unnest($1::text[]) AS w(queue)
     WHERE NOT EXISTS (SELECT FROM {schema}.queues AS s WHERE s.name = w.queue AND s.paused)
       AND EXISTS (SELECT FROM {schema}.jobs AS j
-                  WHERE j.status = 'pending' AND j.queue = w.queue AND j.run_at <= now())
+                  WHERE j.status = 'pending' AND j.queue = w.queue AND j.run_at <= {schema}.now())
 );
 
 -- name: lock_queues
@@ -250,7 +257,7 @@ WHERE s.name = ANY($1::text[]) AND (s.concurrency_limit IS NOT NULL OR s.rate_li
 -- Pause or resume a queue; resuming wakes its workers.
 WITH upserted AS (
     INSERT INTO {schema}.queues AS s (name, paused) VALUES ($1, $2)
-    ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+    ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = {schema}.now()
     RETURNING s.name
 )
 SELECT u.name, CASE WHEN NOT $2 THEN pg_notify($3, u.name)::text END AS notified FROM upserted AS u;
@@ -263,7 +270,7 @@ ON CONFLICT (name) DO UPDATE
 SET concurrency_limit = EXCLUDED.concurrency_limit,
     rate_limit = EXCLUDED.rate_limit,
     rate_period = EXCLUDED.rate_period,
-    updated_at = now()
+    updated_at = {schema}.now()
 RETURNING s.name;
 
 -- name: queue_settings
@@ -346,8 +353,8 @@ archived AS (
 )
 
 -- name: database_now
--- The database's clock: every schedule is computed from it, never from the worker's.
-SELECT now();
+-- The queue's clock: every schedule is computed from it, never from the worker's.
+SELECT {schema}.now();
 
 -- name: periodic_last_slot
 -- Lock a periodic task's row and read its newest enqueued slot (no row: never seen).
@@ -356,7 +363,7 @@ SELECT p.last_slot FROM {schema}.periodic AS p WHERE p.name = $1 FOR UPDATE;
 -- name: periodic_record_slot
 -- Record slot $2 as the newest enqueued (or, for a new task, the starting point).
 INSERT INTO {schema}.periodic AS p (name, last_slot) VALUES ($1, $2)
-ON CONFLICT (name) DO UPDATE SET last_slot = EXCLUDED.last_slot, updated_at = now()
+ON CONFLICT (name) DO UPDATE SET last_slot = EXCLUDED.last_slot, updated_at = {schema}.now()
 WHERE p.last_slot < EXCLUDED.last_slot;
 
 -- fragment: slots_freed
@@ -369,7 +376,7 @@ WHERE q.concurrency_limit IS NOT NULL AND q.name IN (SELECT f.queue FROM finishe
 
 -- fragment: retries_due
 -- Tell every worker of a queue when its earliest retry in this batch is due ('seconds queue').
-SELECT pg_notify($11, extract(epoch FROM d.first - now())::text || ' ' || d.queue)
+SELECT pg_notify($11, extract(epoch FROM d.first - {schema}.now())::text || ' ' || d.queue)
 FROM (SELECT f.queue, min(f.run_at) AS first FROM finished AS f WHERE f.status = 'pending' GROUP BY f.queue) AS d
 
 -- fragment: claimed_rows
@@ -426,7 +433,7 @@ archived AS (
 ),
 counted AS (
     INSERT INTO {schema}.queue_stats AS s (queue, minute, shard, succeeded)
-    SELECT f.queue, date_trunc('minute', now()), pg_backend_pid() % 8, count(*)
+    SELECT f.queue, date_trunc('minute', {schema}.now()), pg_backend_pid() % 8, count(*)
     FROM finished AS f
     GROUP BY f.queue
     ORDER BY f.queue
@@ -464,7 +471,7 @@ SET (status, run_at, last_error) = (
         SELECT CASE WHEN f.dead OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
                CASE
                    WHEN f.dead OR j.attempts >= j.max_attempts THEN j.run_at
-                   ELSE now() + make_interval(secs => coalesce(
+                   ELSE {schema}.now() + make_interval(secs => coalesce(
                        f.delay,
                        least(f.max_delay,
                              f.base * power(f.factor, least(j.attempts - 1, 64))
@@ -501,7 +508,7 @@ finished AS (
 UPDATE {schema}.jobs AS j
 SET status = 'pending',
     (run_at, last_error) = (
-        SELECT now() + make_interval(secs => r.delay), coalesce(r.note, j.last_error)
+        SELECT {schema}.now() + make_interval(secs => r.delay), coalesce(r.note, j.last_error)
         FROM jsonb_to_record((SELECT c.inputs FROM claims AS c) -> (j.id || ':' || j.attempts))
              AS r(delay float8, note text)
     ),
@@ -510,12 +517,12 @@ SET status = 'pending',
 ),
 notified AS (
     SELECT pg_notify($5, q.queue)
-    FROM (SELECT DISTINCT f.queue FROM finished AS f WHERE f.run_at <= now()) AS q
+    FROM (SELECT DISTINCT f.queue FROM finished AS f WHERE f.run_at <= {schema}.now()) AS q
     UNION ALL
     {slots_freed($5)}
     UNION ALL
-    SELECT pg_notify($6, extract(epoch FROM d.first - now())::text || ' ' || d.queue)
-    FROM (SELECT f.queue, min(f.run_at) AS first FROM finished AS f WHERE f.run_at > now() GROUP BY f.queue) AS d
+    SELECT pg_notify($6, extract(epoch FROM d.first - {schema}.now())::text || ' ' || d.queue)
+    FROM (SELECT f.queue, min(f.run_at) AS first FROM finished AS f WHERE f.run_at > {schema}.now() GROUP BY f.queue) AS d
 )
 SELECT f.id, (SELECT count(*) FROM notified) AS notified FROM finished AS f WHERE {commit_mode($7)};
 
@@ -547,7 +554,7 @@ WITH held AS (
 ),
 renewed AS (
     UPDATE {schema}.jobs AS j
-    SET lease_expires_at = now() + make_interval(secs => $3)
+    SET lease_expires_at = {schema}.now() + make_interval(secs => $3)
     WHERE j.id = ANY (ARRAY(SELECT h.id FROM held AS h WHERE h.free))
 )
 SELECT h.id, h.attempts FROM held AS h;
@@ -558,7 +565,7 @@ SELECT h.id, h.attempts FROM held AS h;
 WITH expired AS MATERIALIZED (
     SELECT j.id
     FROM {schema}.jobs AS j
-    WHERE j.status = 'running' AND j.lease_expires_at < now()
+    WHERE j.status = 'running' AND j.lease_expires_at < {schema}.now()
     ORDER BY j.lease_expires_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -566,7 +573,7 @@ WITH expired AS MATERIALIZED (
 reaped AS (
     UPDATE {schema}.jobs AS j
     SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
-        run_at = now(),
+        run_at = {schema}.now(),
         last_error = 'LeaseExpired: worker ' || coalesce(j.locked_by, '?')
                      || ' stopped renewing its lease (it crashed, hung or lost its connection)',
         lease_expires_at = NULL,
@@ -589,7 +596,7 @@ SELECT r.id, r.status, (SELECT count(*) FROM notified) AS notified FROM reaped A
 -- Retention: delete up to $2 archived jobs that finished more than $1 seconds ago.
 WITH old AS (
     SELECT d.id FROM {schema}.jobs_done AS d
-    WHERE d.finished_at < now() - make_interval(secs => $1)
+    WHERE d.finished_at < {schema}.now() - make_interval(secs => $1)
     ORDER BY d.finished_at
     LIMIT $2
 )
@@ -624,7 +631,7 @@ LIMIT $2;
 -- job (of queue $2 when given).
 UPDATE {schema}.jobs AS j
 SET status = 'pending',
-    run_at = now(),
+    run_at = {schema}.now(),
     max_attempts = j.attempts + j.max_attempts
 FROM (
     SELECT d.id FROM {schema}.jobs AS d
@@ -651,23 +658,23 @@ RETURNING j.id;
 WITH live AS (
     SELECT j.queue,
            count(*) FILTER (WHERE j.status = 'pending') AS pending,
-           count(*) FILTER (WHERE j.status = 'pending' AND j.run_at <= now()) AS ready,
-           count(*) FILTER (WHERE j.status = 'pending' AND j.run_at > now()) AS scheduled,
+           count(*) FILTER (WHERE j.status = 'pending' AND j.run_at <= {schema}.now()) AS ready,
+           count(*) FILTER (WHERE j.status = 'pending' AND j.run_at > {schema}.now()) AS scheduled,
            count(*) FILTER (WHERE j.status = 'running') AS running,
            count(*) FILTER (WHERE j.status = 'dead') AS dead,
-           extract(epoch FROM now() - min(j.run_at) FILTER (
-               WHERE j.status = 'pending' AND j.run_at <= now()))::float8 AS oldest_ready_age
+           extract(epoch FROM {schema}.now() - min(j.run_at) FILTER (
+               WHERE j.status = 'pending' AND j.run_at <= {schema}.now()))::float8 AS oldest_ready_age
     FROM {schema}.jobs AS j
     GROUP BY j.queue
 ),
 done AS (
     SELECT s.queue,
            sum(s.succeeded * CASE
-               WHEN s.minute = date_trunc('minute', now()) THEN 1.0
-               ELSE 1.0 - extract(epoch FROM now() - date_trunc('minute', now())) / 60.0
+               WHEN s.minute = date_trunc('minute', {schema}.now()) THEN 1.0
+               ELSE 1.0 - extract(epoch FROM {schema}.now() - date_trunc('minute', {schema}.now())) / 60.0
            END) AS completed
     FROM {schema}.queue_stats AS s
-    WHERE s.minute >= date_trunc('minute', now()) - interval '1 minute'
+    WHERE s.minute >= date_trunc('minute', {schema}.now()) - interval '1 minute'
     GROUP BY s.queue
 )
 SELECT queue,
@@ -684,7 +691,7 @@ ORDER BY queue;
 -- name: prune_queue_stats
 -- Maintenance: drop throughput counters older than $1 seconds.
 DELETE FROM {schema}.queue_stats AS s
-WHERE s.minute < date_trunc('minute', now()) - make_interval(secs => $1);
+WHERE s.minute < date_trunc('minute', {schema}.now()) - make_interval(secs => $1);
 
 -- name: register_worker
 -- The worker registry's one statement per interval: insert worker $1's row, or refresh its
@@ -692,19 +699,21 @@ WHERE s.minute < date_trunc('minute', now()) - make_interval(secs => $1);
 -- record the queue ($9) of each task the worker serves ($8), which a job enqueued by name
 -- without a queue goes to (queue_of). The worker sends its tasks until this has succeeded
 -- once, empty arrays after. In name order, so workers starting together lock rows in one order.
+-- On the wall clock: the registry tells live processes from dead ones by the real seconds
+-- between their beats, whatever time a test gives the queue.
 WITH expired AS (
     DELETE FROM {schema}.workers AS w
-    WHERE w.last_seen < now() - make_interval(secs => $7) AND w.name <> $1
+    WHERE w.last_seen < pg_catalog.now() - make_interval(secs => $7) AND w.name <> $1
 ),
 recorded AS (
     INSERT INTO {schema}.tasks AS t (name, queue)
     SELECT s.name, s.queue FROM unnest($8::text[], $9::text[]) AS s(name, queue)
     ORDER BY s.name
-    ON CONFLICT (name) DO UPDATE SET queue = EXCLUDED.queue, seen_at = now()
+    ON CONFLICT (name) DO UPDATE SET queue = EXCLUDED.queue, seen_at = pg_catalog.now()
 )
 INSERT INTO {schema}.workers AS w (name, host, pid, queues, concurrency, version)
 VALUES ($1, $2, $3, $4::text[], $5, $6)
-ON CONFLICT (name) DO UPDATE SET last_seen = now()
+ON CONFLICT (name) DO UPDATE SET last_seen = pg_catalog.now()
 RETURNING w.started_at;
 
 -- name: unregister_worker
@@ -712,12 +721,13 @@ RETURNING w.started_at;
 DELETE FROM {schema}.workers AS w WHERE w.name = $1;
 
 -- name: list_workers
--- Live workers (seen in the last $1 seconds), oldest first, with how many jobs each runs.
+-- Live workers (seen in the last $1 seconds of the wall clock, as register_worker counts them),
+-- oldest first, with how many jobs each runs.
 SELECT w.name, w.host, w.pid, w.queues, w.concurrency, w.version, w.started_at, w.last_seen,
        (SELECT count(*) FROM {schema}.jobs AS j
         WHERE j.status = 'running' AND j.locked_by = w.name) AS running
 FROM {schema}.workers AS w
-WHERE w.last_seen >= now() - make_interval(secs => $1)
+WHERE w.last_seen >= pg_catalog.now() - make_interval(secs => $1)
 ORDER BY w.started_at, w.name;
 
 -- name: list_periodic
@@ -788,18 +798,18 @@ pending AS (
             (SELECT count(*) FROM (
                 SELECT FROM {schema}.jobs AS j
                 WHERE j.status = 'pending' AND j.queue = n.queue AND j.priority = p.priority
-                  AND j.run_at <= now()
+                  AND j.run_at <= {schema}.now()
                 ORDER BY j.run_at
                 LIMIT $2) AS x) AS ready,
             (SELECT count(*) FROM (
                 SELECT FROM {schema}.jobs AS j
                 WHERE j.status = 'pending' AND j.queue = n.queue AND j.priority = p.priority
-                  AND j.run_at > now()
+                  AND j.run_at > {schema}.now()
                 ORDER BY j.run_at
                 LIMIT $2) AS x) AS scheduled,
             (SELECT j.run_at FROM {schema}.jobs AS j
              WHERE j.status = 'pending' AND j.queue = n.queue AND j.priority = p.priority
-               AND j.run_at <= now()
+               AND j.run_at <= {schema}.now()
              ORDER BY j.priority DESC, j.run_at
              LIMIT 1) AS oldest_ready
         FROM prio AS p
@@ -814,7 +824,7 @@ SELECT n.queue,
        (SELECT count(*) FROM (
            SELECT FROM {schema}.jobs AS d WHERE d.status = 'dead' AND d.queue = n.queue
            ORDER BY d.id LIMIT $2) AS x) AS dead,
-       extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
+       extract(epoch FROM {schema}.now() - p.oldest_ready)::float8 AS oldest_ready_age,
        coalesce(s.paused, false) AS paused, s.concurrency_limit, s.rate_limit, s.rate_period
 FROM names AS n
 LEFT JOIN pending AS p ON p.queue = n.queue
@@ -823,9 +833,9 @@ ORDER BY n.queue;
 
 -- name: queue_throughput
 -- Jobs succeeded per queue and minute over the last $1 minutes, and the database's clock.
-SELECT s.queue, s.minute, sum(s.succeeded)::bigint AS succeeded, now() AS now
+SELECT s.queue, s.minute, sum(s.succeeded)::bigint AS succeeded, {schema}.now() AS now
 FROM {schema}.queue_stats AS s
-WHERE s.minute >= date_trunc('minute', now()) - make_interval(mins => $1)
+WHERE s.minute >= date_trunc('minute', {schema}.now()) - make_interval(mins => $1)
 GROUP BY s.queue, s.minute
 ORDER BY s.queue, s.minute;
 
@@ -1012,3 +1022,63 @@ archived AS (
 SELECT l.id FROM live AS l
 UNION ALL
 SELECT a.id FROM archived AS a;
+
+-- name: find_jobs
+-- aioqueue.testing's view of the live jobs of status $1 (of task $2 and queue $3 when given),
+-- oldest first, with get_job's columns. For a test's tables: it reads them whole.
+SELECT j.id, j.queue, j.task, j.args::text AS args, j.status, j.priority, j.attempts,
+       j.max_attempts, j.run_at, j.created_at, j.last_error, j.dedup_key,
+       NULL::text AS result, NULL::timestamptz AS finished_at
+FROM {schema}.jobs AS j
+WHERE j.status = $1 AND ($2::text IS NULL OR j.task = $2) AND ($3::text IS NULL OR j.queue = $3)
+ORDER BY j.id;
+
+-- name: clock_state
+-- aioqueue.testing: the queue's time and the wall clock's, both of this transaction (so their
+-- difference is the clock's offset exactly), and whether the queue's clock stands still (its
+-- body reads no wall clock: see redefine_clock).
+SELECT {schema}.now() AS now, pg_catalog.now() AS wall,
+       strpos(p.prosrc, 'pg_catalog.now()') = 0 AS frozen
+FROM pg_catalog.pg_proc AS p
+WHERE p.oid = '{schema}.now()'::regprocedure;
+
+-- name: set_clock
+-- aioqueue.testing, first of two statements in one transaction: what redefine_clock writes,
+-- kept in this transaction's settings, where it reads them (DDL takes no parameters). $1: the
+-- offset from the wall clock in microseconds; $2: the instant the clock stands at, or NULL for a
+-- clock that runs. The instant goes as ISO 8601 in UTC, which every session reads the same way.
+SELECT set_config('aioqueue.clock_offset', $1::bigint::text, true),
+       set_config('aioqueue.clock_frozen_at',
+                  coalesce(to_char($2::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), ''),
+                  true);
+
+-- name: redefine_clock
+-- aioqueue.testing: redefine {schema}.now() as set_clock said: the wall clock moved by the
+-- offset, or one instant; with neither, the body migration 0012 gives it. CREATE OR REPLACE
+-- keeps the function's identity (its grants, the column defaults that call it), and every
+-- session's cached plans that inlined it are planned again at their next run. The values are
+-- cast to their types here, so nothing but a number or a timestamp reaches the body.
+DO $clock$
+DECLARE
+    offset_us bigint := current_setting('aioqueue.clock_offset')::bigint;
+    frozen_at timestamptz := nullif(current_setting('aioqueue.clock_frozen_at'), '')::timestamptz;
+BEGIN
+    EXECUTE format(
+        'CREATE OR REPLACE FUNCTION {schema}.now() RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE AS %L',
+        CASE WHEN frozen_at IS NOT NULL
+                 THEN format('SELECT %L::timestamptz',
+                             to_char(frozen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+             WHEN offset_us = 0 THEN 'SELECT pg_catalog.now()'
+             ELSE format('SELECT pg_catalog.now() + %L::interval', offset_us || ' microseconds') END);
+END
+$clock$;
+
+-- name: wake_due
+-- aioqueue.testing, after the clock moved: tell the workers of every queue with pending jobs to
+-- look now and ask again when their next job is due (on channel $1, payload '0 queue').
+SELECT count(pg_notify($1, '0 ' || q.queue))
+FROM (SELECT DISTINCT j.queue FROM {schema}.jobs AS j WHERE j.status = 'pending') AS q;
+
+-- name: drop_schema
+-- aioqueue.testing: drop a test's schema and everything in it, once the test is over.
+DROP SCHEMA IF EXISTS {schema} CASCADE;
