@@ -99,6 +99,9 @@ class Queue(Operations):
         self.middleware: list[Middleware] = []
         self.enqueue_hooks: list[EnqueueHook] = []
         """Wrapped around every enqueue call; they may attach headers (see :mod:`aioqueue.hooks`)."""
+        self._after_enqueue: Callable[[], Awaitable[None]] | None = None
+        """Awaited by an enqueue call once its jobs are committed (not with ``conn=``): how
+        :func:`aioqueue.testing.inline` runs them before the call returns. None in production."""
 
     # -- the database ------------------------------------------------------------------------
 

@@ -89,7 +89,10 @@ class Enqueuer(Generic[P, R]):
         app = self.task.app
         with entered(app.enqueue_hooks, self.task, 1) as headers:
             text = encode_call(self.task, args, kwargs, headers)
-            return JobRef(await enqueue.insert_one(app.database, self.task, self.opts, text, self.conn), app)
+            ref = JobRef(await enqueue.insert_one(app.database, self.task, self.opts, text, self.conn), app)
+        if app._after_enqueue is not None and self.conn is None:
+            await app._after_enqueue()
+        return ref
 
     async def enqueue_many(
         self, items: Iterable[Mapping[str, Any]], *, keys: Iterable[str | None] | None = None
@@ -109,6 +112,8 @@ class Enqueuer(Generic[P, R]):
             if batch is None:
                 return []
             ids = await enqueue.insert_many(app.database, self.task, self.opts, batch, self.conn)
+        if app._after_enqueue is not None and self.conn is None:
+            await app._after_enqueue()
         return JobRef.many(ids, app)
 
     def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> int:
