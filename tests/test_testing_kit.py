@@ -128,7 +128,8 @@ async def test_the_planner_inlines_the_clock_so_the_claim_plans_as_before(app: a
         await Clock(app).advance(days=1)
         moved = await explain_generic(conn, sql, types, values)
         assert ("Index Scan", "jobs_ready_idx", "jobs") in scans(moved)
-        assert "(run_at <= (now() + '24:00:00'::interval))" in " ".join(_index_conditions(moved)), _index_conditions(moved)
+        conditions = " ".join(_index_conditions(moved))
+        assert "(run_at <= (now() + '24:00:00'::interval))" in conditions, conditions
 
 
 # -- isolated: a fresh schema per test ---------------------------------------------------------
