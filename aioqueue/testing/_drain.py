@@ -85,7 +85,9 @@ async def drain(
     """Run ``queue``'s ready jobs in this event loop until none is ready or running, as a worker
     would, jobs that become ready meanwhile included; return each attempt, in the order they
     ended. Jobs due later (delayed, or retrying after a backoff) stay pending: move the queue's
-    clock (:class:`~aioqueue.testing.Clock`) to run them.
+    clock (:class:`~aioqueue.testing.Clock`) to run them. A queue whose rate or concurrency limit
+    holds ready jobs back keeps it waiting, as ``run_until_empty()`` does, until the limit lets
+    them go (a rate window passes when the clock moves past it).
 
     ``periodic``: first enqueue the periodic slots the queue's clock has reached, as a running
     worker would have. ``raise_errors``: once done, raise the first exception a handler raised
