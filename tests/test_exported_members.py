@@ -27,6 +27,8 @@ PUBLIC_MODULES = {
     "aioqueue.integrations.otel",
     "aioqueue.metrics",
     "aioqueue.middleware",
+    "aioqueue.testing",
+    "aioqueue.testing.pytest_plugin",
     "aioqueue.worker_group",
 }
 

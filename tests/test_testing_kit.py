@@ -21,9 +21,10 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue import migrate, queries
-from aioqueue.plans import explain_generic, function_query, nodes, scans
+from aioqueue import _migrate as migrate
+from aioqueue import _queries as queries
 from aioqueue.testing import Clock, assert_enqueued, drain, inline, isolated, refute_enqueued
+from tests.plans import explain_generic, function_query, nodes, scans
 
 from .helpers import running
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TypeAlias
 
 from aioqueue import Queue
-from aioqueue.periodic import Scheduler
+from aioqueue._periodic import Scheduler
 
 if TYPE_CHECKING:
-    from aioqueue.database import Channels
-    from aioqueue.queries import Queries
+    from aioqueue._queries import Queries
+    from aioqueue._statements import Channels, Statements
 
-Target: TypeAlias = "tuple[str, Queries, Channels]"
+Target: TypeAlias = "tuple[str, Statements, Queries, Channels]"
 
 
 def retarget(queue: Queue, schema: str) -> Target:
@@ -20,17 +20,17 @@ def retarget(queue: Queue, schema: str) -> Target:
     channels); return what it held before, for :func:`restore`. The pool is untouched: its
     connections reach the same database whatever the schema."""
     db = queue.database
-    before = (db.schema, db.queries, db.channels)
+    before = (db.schema, db.statements, db.queries, db.channels)
     # A Queue made for the name renders the statements and channels, and validates the name.
     other = Queue("postgresql://", schema=schema).database
-    db.schema, db.queries, db.channels = other.schema, other.queries, other.channels
+    db.schema, db.statements, db.queries, db.channels = other.schema, other.statements, other.queries, other.channels
     return before
 
 
 def restore(queue: Queue, before: Target) -> None:
     """Undo :func:`retarget`."""
     db = queue.database
-    db.schema, db.queries, db.channels = before
+    db.schema, db.statements, db.queries, db.channels = before
 
 
 async def tick_periodic(queue: Queue, queues: set[str] | None = None) -> int:
