@@ -24,6 +24,7 @@ from ._errors import (
 )
 from ._job import Job, JobInfo, JobRef, current_job
 from ._payload import UndecodableValue
+from ._relay import Relay, RelayStats
 from ._retry import Backoff
 from ._task import Enqueuer, NamedTask, Task
 from ._version import __version__
@@ -50,6 +51,8 @@ __all__ = [
     "NotRegisteredError",
     "PayloadTooLargeError",
     "Queue",
+    "Relay",
+    "RelayStats",
     "ResultUnavailable",
     "Retry",
     "SchemaNotReadyError",

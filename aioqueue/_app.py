@@ -25,6 +25,7 @@ from ._job import Connection, JobRef
 from ._operating import Operations
 from ._payload import DEFAULT_MAX_PAYLOAD_BYTES
 from ._periodic import Missed, Periodic
+from ._publishing import Publishing
 from ._queries import Queries
 from ._retry import Backoff
 from ._task import NamedTask, Task, check_argument_names, check_name
@@ -50,7 +51,7 @@ def _json_object(task: str, args: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(args)
 
 
-class Queue(Operations):
+class Queue(Operations, Publishing):
     """A job queue in one PostgreSQL schema.
 
     Give it a DSN (it opens and owns a pool) or an asyncpg pool of yours. ``async with queue``

@@ -143,7 +143,7 @@ def _schema_error(db: Database, exc: Exception) -> SchemaNotReadyError | None:
     return None
 
 
-async def _rows_of(
+async def rows_of(
     db: Database, task: JobSource, writer: Writer | Connection | None, statements: list[Bound]
 ) -> list[Any]:
     """Run an enqueue statement once per parameter tuple, on the caller's connection or a pooled
@@ -177,8 +177,8 @@ async def _fetch_all(conn: Connection, statements: list[Bound]) -> list[Any]:
     return await conn.fetchmany(statements[0].sql, [b.args for b in statements])
 
 
-def _rows_of_sync(db: Database, task: JobSource, writer: Writer | None, statements: list[Bound]) -> list[Any]:
-    """:func:`_rows_of` on a sync connection."""
+def rows_of_sync(db: Database, task: JobSource, writer: Writer | None, statements: list[Bound]) -> list[Any]:
+    """:func:`rows_of` on a sync connection."""
     if not isinstance(writer, SYNC_WRITERS):
         what = "no conn" if writer is None else f"the async connection {type(writer.conn).__name__}"
         raise ConfigurationError(
@@ -210,7 +210,7 @@ async def insert_one(
     db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | Connection | None
 ) -> int:
     """Write one job and its NOTIFY; return its id (the live job's, when its dedup key is taken)."""
-    rows = await _rows_of(db, task, conn, [one_job(db, task, opts, args)])
+    rows = await rows_of(db, task, conn, [one_job(db, task, opts, args)])
     return int(_written(db, task, opts, rows)[0][0])
 
 
@@ -219,13 +219,13 @@ async def insert_many(
 ) -> list[int]:
     """Write a bulk call's jobs of one task, all or none, with one NOTIFY (see :data:`CHUNK`);
     return their ids in the order of the call's items."""
-    rows = await _rows_of(db, task, conn, batch.statements(db, task, opts))
+    rows = await rows_of(db, task, conn, batch.statements(db, task, opts))
     return batch.ids(_written(db, task, opts, rows))
 
 
 def insert_one_sync(db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | None) -> int:
     """:func:`insert_one` on a sync connection (psycopg or Django), with no event loop."""
-    rows = _rows_of_sync(db, task, conn, [one_job(db, task, opts, args)])
+    rows = rows_of_sync(db, task, conn, [one_job(db, task, opts, args)])
     return int(_written(db, task, opts, rows)[0][0])
 
 
@@ -233,5 +233,5 @@ def insert_many_sync(
     db: Database, task: JobSource, opts: EnqueueOptions, batch: Batch, conn: Writer | None
 ) -> list[int]:
     """:func:`insert_many` on a sync connection (psycopg or Django), with no event loop."""
-    rows = _rows_of_sync(db, task, conn, batch.statements(db, task, opts))
+    rows = rows_of_sync(db, task, conn, batch.statements(db, task, opts))
     return batch.ids(_written(db, task, opts, rows))

@@ -207,6 +207,20 @@ def encode_args(task: str, args: dict[str, Any], max_bytes: int) -> str:
     return text
 
 
+def encode_value(what: str, value: Any, max_bytes: int) -> str:
+    """Return ``value`` (any JSON value, such as an outbox event's payload) as JSON text, or raise
+    :class:`~aioqueue.JobArgumentsError` naming ``what`` and the part JSON cannot hold, or
+    :class:`~aioqueue.PayloadTooLargeError` past ``max_bytes``."""
+    text, size, found = _checked_dumps(value, lambda: _problem(value, what))
+    if text is None:
+        raise JobArgumentsError(found)
+    if size > max_bytes:
+        raise PayloadTooLargeError(
+            f"{what} is {size} bytes as JSON, over the limit of {max_bytes} (Queue(max_payload_bytes=...))"
+        )
+    return text
+
+
 def encode_args_array(
     task: str, calls: list[dict[str, Any]], max_bytes: int, call: str, first: int = 0, total: int | None = None
 ) -> str:

@@ -91,6 +91,11 @@ class Queries:
     set_clock: str
     redefine_clock: str
     wake_due: str
+    publish_events: str
+    relay_read: str
+    relay_ack: str
+    relay_release: str
+    outbox_status: str
     drop_schema: str
 
 

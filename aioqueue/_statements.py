@@ -30,10 +30,13 @@ class Channels:
     """Jobs reached a final state that ``result()`` waits for (payload: empty)."""
     due: str
     """A job will be due later (payload: ``'seconds queue'``): workers wake for it on time."""
+    outbox: str
+    """Events were committed to an outbox stream (payload: its name): relays wake."""
 
     @classmethod
     def for_schema(cls, schema: str) -> Channels:
-        return cls(jobs=f"{schema}_jobs", cancel=f"{schema}_cancel", done=f"{schema}_done", due=f"{schema}_due")
+        return cls(jobs=f"{schema}_jobs", cancel=f"{schema}_cancel", done=f"{schema}_done", due=f"{schema}_due",
+                   outbox=f"{schema}_outbox")
 
 
 class Bound(NamedTuple):
@@ -143,6 +146,13 @@ class Statements:
         if keys is None:
             return Bound(self.queries.enqueue_many, (*jobs.columns(), args, ch.jobs, ch.due))
         return Bound(self.queries.enqueue_many_keyed, (*jobs.columns(), args, ch.jobs, ch.due, keys))
+
+    # -- the outbox ------------------------------------------------------------------------
+
+    def publish_events(self, *, stream: str, keys: Sequence[str], payloads: Sequence[str]) -> Bound:
+        """Write events of ``stream`` in the caller's transaction: ``keys[i]`` with the JSON text
+        ``payloads[i]``; one row (the event's id) per event, in order."""
+        return Bound(self.queries.publish_events, (stream, keys, payloads))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

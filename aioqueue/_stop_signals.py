@@ -1,4 +1,5 @@
-"""Hold SIGINT/SIGTERM that reach the ``aioqueue worker`` command before it watches for them.
+"""Hold SIGINT/SIGTERM that reach the ``aioqueue worker`` (or ``relay``) command before it
+watches for them.
 
 Python's default handlers end a process at once (status 143 for SIGTERM), and the command
 spends its first fifth of a second importing. When this process is the ``aioqueue worker``
@@ -31,7 +32,7 @@ def is_worker_command(argv: list[str]) -> bool:
         rest = args[1:]
     else:
         return False
-    return "worker" in rest
+    return "worker" in rest or "relay" in rest
 
 
 def hold() -> None:

@@ -79,6 +79,15 @@ class PrometheusMetrics:
             "queue_oldest_ready_age_seconds", "How long the oldest ready job has waited.", ("queue",),
             **common,
         )
+        self.outbox_lag = prometheus_client.Gauge(
+            "outbox_lag_seconds", "How long the oldest unpublished outbox event has waited.", ("stream",), **common
+        )
+        self.outbox_waiting = prometheus_client.Gauge(
+            "outbox_waiting", "Outbox events not yet published.", ("stream",), **common
+        )
+        self.outbox_published = prometheus_client.Gauge(
+            "outbox_published", "Outbox events relayed so far.", ("stream",), **common
+        )
         self._series: dict[tuple[str, str], _Series] = {}
         self._queues: set[str] = set()
 
@@ -91,7 +100,8 @@ class PrometheusMetrics:
         return _Observation(series, job)
 
     async def refresh(self, queue: Queue) -> None:
-        """Set the depth gauges from ``queue.status()`` (one query); queues now empty go to 0."""
+        """Set the depth gauges from ``queue.status()`` (one query; queues now empty go to 0) and
+        the outbox gauges from ``queue.outbox_status()`` (one query)."""
         rows = await queue.status()
         seen = set()
         for row in rows:
@@ -105,6 +115,10 @@ class PrometheusMetrics:
                 self.depth.labels(name, state).set(0)
             self.oldest_ready_age.labels(name).set(0.0)
         self._queues |= seen
+        for row in await queue.outbox_status():
+            self.outbox_lag.labels(row["stream"]).set(row["lag"])
+            self.outbox_waiting.labels(row["stream"]).set(row["waiting"])
+            self.outbox_published.labels(row["stream"]).set(row["published"])
 
     async def poll(self, queue: Queue, interval: float = 15.0) -> None:
         """Refresh the depth gauges every ``interval`` seconds until cancelled; log failures."""

@@ -1079,6 +1079,64 @@ $clock$;
 SELECT count(pg_notify($1, '0 ' || q.queue))
 FROM (SELECT DISTINCT j.queue FROM {schema}.jobs AS j WHERE j.status = 'pending') AS q;
 
+-- name: publish_events
+-- The outbox's way in (migration 0013): write events of stream $1, keys $2 and JSON payloads $3
+-- (text, one per key), in the caller's transaction; one row per event with its id, in order.
+SELECT e.id FROM {schema}.publish_events($1, $2::text[], $3::text[]::jsonb[]) AS e(id);
+
+-- name: relay_read
+-- A relay's one statement per batch of stream $1: take or renew the stream's lease for relay $2
+-- ($3 seconds, on the wall clock: it says which process lives), and only if it holds the lease,
+-- read the stream's oldest $4 events, with their ages in seconds. Always a row: `leader` says
+-- whether the lease is held (the event columns are NULL when there is no event).
+WITH lease AS (
+    INSERT INTO {schema}.outbox_relays AS r (stream, holder, expires_at)
+    VALUES ($1, $2, pg_catalog.now() + make_interval(secs => $3))
+    ON CONFLICT (stream) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+    WHERE r.holder = EXCLUDED.holder OR r.expires_at < pg_catalog.now()
+    RETURNING r.stream
+)
+SELECT EXISTS (SELECT FROM lease) AS leader, e.id, e.key, e.payload, e.created_at,
+       extract(epoch FROM pg_catalog.now() - e.created_at)::float8 AS age
+FROM (SELECT) AS one
+LEFT JOIN LATERAL (
+    SELECT o.id, o.key, o.payload::text AS payload, o.created_at
+    FROM {schema}.outbox AS o
+    WHERE o.stream = $1 AND EXISTS (SELECT FROM lease)
+    ORDER BY o.id
+    LIMIT $4
+) AS e ON true
+ORDER BY e.id;
+
+-- name: relay_ack
+-- The stream took events $2 of stream $1: delete them and count them on the stream's lease row.
+WITH gone AS (
+    DELETE FROM {schema}.outbox AS o WHERE o.id = ANY ($2::bigint[]) RETURNING o.id
+)
+UPDATE {schema}.outbox_relays AS r SET published = r.published + (SELECT count(*) FROM gone)
+WHERE r.stream = $1;
+
+-- name: relay_release
+-- Relay $2 stops cleanly: its lease on stream $1 ends now, so a standby relay takes over at once.
+UPDATE {schema}.outbox_relays AS r SET expires_at = pg_catalog.now()
+WHERE r.stream = $1 AND r.holder = $2;
+
+-- name: outbox_status
+-- Per stream with events or a relay: events waiting, the oldest one's age in seconds (the
+-- relay's lag; 0 when none waits), events published so far, and the relay holding the lease
+-- while it is held. Counts the waiting events: its cost follows the backlog.
+SELECT s.stream,
+       coalesce(w.waiting, 0) AS waiting,
+       coalesce(extract(epoch FROM pg_catalog.now() - w.oldest)::float8, 0.0) AS lag,
+       coalesce(r.published, 0) AS published,
+       CASE WHEN r.expires_at > pg_catalog.now() THEN r.holder END AS relay
+FROM (SELECT o.stream FROM {schema}.outbox AS o GROUP BY o.stream
+      UNION SELECT r.stream FROM {schema}.outbox_relays AS r) AS s
+LEFT JOIN (SELECT o.stream, count(*) AS waiting, min(o.created_at) AS oldest
+           FROM {schema}.outbox AS o GROUP BY o.stream) AS w ON w.stream = s.stream
+LEFT JOIN {schema}.outbox_relays AS r ON r.stream = s.stream
+ORDER BY s.stream;
+
 -- name: drop_schema
 -- aioqueue.testing: drop a test's schema and everything in it, once the test is over.
 DROP SCHEMA IF EXISTS {schema} CASCADE;

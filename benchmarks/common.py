@@ -56,6 +56,7 @@ class Sizes:
     claim_samples: int
     memory_backlog: int
     memory_jobs: int
+    outbox_events: int
 
 
 FULL = Sizes(
@@ -74,6 +75,7 @@ FULL = Sizes(
     claim_samples=500,
     memory_backlog=1_000_000,
     memory_jobs=50_000,
+    outbox_events=100_000,
 )
 
 QUICK = Sizes(
@@ -92,6 +94,7 @@ QUICK = Sizes(
     claim_samples=100,
     memory_backlog=100_000,
     memory_jobs=5_000,
+    outbox_events=10_000,
 )
 
 #: aioqueue worker settings the drains run with: the defaults; the defaults with claims and

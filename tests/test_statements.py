@@ -14,7 +14,8 @@ from aioqueue._queries import for_schema
 from aioqueue._statements import Channels, NewJobs, Statements
 
 #: Channels named apart, so that each bound channel tells which it is.
-CHANNELS = Channels(jobs="channel jobs", cancel="channel cancel", done="channel done", due="channel due")
+CHANNELS = Channels(jobs="channel jobs", cancel="channel cancel", done="channel done", due="channel due",
+                    outbox="channel outbox")
 STATEMENTS = Statements(for_schema("aioqueue"), CHANNELS)
 
 #: What every enqueued job shares, bound first by both enqueue statements (a NewJobs).
@@ -40,6 +41,7 @@ ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "enqueue_batch": (("enqueue_many", "enqueue_many_keyed"), (
         *JOB_COLUMNS, "args", "channel.jobs", "channel.due", "keys",
     )),
+    "publish_events": (("publish_events",), ("stream", "keys", "payloads")),
 }
 
 

@@ -41,11 +41,13 @@ _TIME = re.compile(
 )
 #: The statements that read the wall clock (as pg_catalog.now()), and why: the worker registry
 #: tells live processes from dead ones by real seconds; the migrations table exists before the
-#: queue's clock; the test kit's clock statements compare with it and write it into the clock.
-WALL_CLOCK = {"create_migrations_table", "register_worker", "list_workers", "clock_state", "redefine_clock"}
+#: queue's clock; the test kit's clock statements compare with it and write it into the clock;
+#: the outbox relay's leases and lag are about live processes and real delays too.
+WALL_CLOCK = {"create_migrations_table", "register_worker", "list_workers", "clock_state", "redefine_clock",
+              "relay_read", "relay_release", "outbox_status"}
 #: The columns whose default is the wall clock: the registry's, and when a migration ran.
 WALL_CLOCK_COLUMNS = {("workers", "started_at"), ("workers", "last_seen"), ("tasks", "seen_at"),
-                      ("migrations", "applied_at")}
+                      ("migrations", "applied_at"), ("outbox", "created_at")}
 
 
 def clock_readings(sql: str, schema: str) -> list[str]:

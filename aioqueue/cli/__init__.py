@@ -3,7 +3,8 @@
 ``aioqueue worker MODULE:ATTR`` runs the tasks of the Queue found there, in N supervised
 processes with ``--processes`` (see :mod:`aioqueue.cli._worker`); ``migrate``, ``status`` and
 ``dead list|retry|purge`` are thin shells over the operator calls (:mod:`aioqueue.cli._operate`);
-``dashboard`` serves the web dashboard (:mod:`aioqueue.cli._dashboard`). The database comes from
+``dashboard`` serves the web dashboard (:mod:`aioqueue.cli._dashboard`); ``relay`` and ``outbox
+status`` publish and show the outbox (:mod:`aioqueue.cli._relay`). The database comes from
 ``--dsn``, else ``AIOQUEUE_DSN``, else ``DATABASE_URL``. Exit status: 0 done, 1 the database
 refused or is not ready, 2 bad usage or configuration, 130 interrupted. Runs on uvloop when it is
 installed.
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 
 from .._errors import AioqueueError, ConfigurationError, SchemaNotReadyError
 from .._supervisor import report, report_fd_from_env
-from . import _dashboard, _operate, _worker
+from . import _dashboard, _operate, _relay, _worker
 from ._common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, run_async
 from ._parser import build_parser
 
@@ -28,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``aioqueue`` command line; return its exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = getattr(args, "log_level", None) or ("INFO" if args.command == "worker" else "WARNING")
+    level = getattr(args, "log_level", None) or ("INFO" if args.command in ("worker", "relay") else "WARNING")
     try:
         logging.basicConfig(
             level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
@@ -41,6 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _worker.run_worker_command(args)
         if args.command == "dashboard":
             return _dashboard.run_dashboard_command(args)
+        if args.command == "relay":
+            return _relay.run_relay_command(args)
+        if args.command == "outbox":
+            return run_async(_relay.run_outbox, args)
         return run_async(_operate.run, args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

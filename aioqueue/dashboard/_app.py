@@ -172,7 +172,8 @@ class Dashboard:
         for row in rows:
             row["chart"] = charts.minute_bars(series.get(row["queue"], []), now)
         overall = charts.minute_bars(sorted(total.items()), now, width=600, height=80)
-        return self.render(request, "queues.html", nav="queues", queues=rows, overall=overall)
+        outbox = await self.queue.outbox_status()
+        return self.render(request, "queues.html", nav="queues", queues=rows, overall=overall, outbox=outbox)
 
     async def jobs_page(self, request: Request) -> Response:
         return await self._jobs(request, "pending", "jobs")

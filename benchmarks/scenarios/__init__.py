@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from common import Run
 
-from . import claim, dashboard, drain, drain_states, enqueue, latency, memory, scaling
+from . import claim, dashboard, drain, drain_states, enqueue, latency, memory, outbox, scaling
 
 #: Lines up a scenario's measurements on the run (``run.step``); measures nothing itself.
 Scenario = Callable[[Run], None]
@@ -22,6 +22,7 @@ SCENARIOS: dict[str, Scenario] = {
     "memory": memory.plan,
     "dashboard": dashboard.plan,
     "scaling": scaling.plan,
+    "outbox": outbox.plan,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]
