@@ -46,6 +46,8 @@ class Maintenance:
     prune_batch: int = 5000
     reaped: int = dataclasses.field(default=0, init=False)
     """Jobs reaped so far."""
+    passes: int = dataclasses.field(default=0, init=False)
+    """Upkeep passes finished so far (what a test waits on to know the reaper has looked)."""
 
     async def reap(self) -> int:
         """Reap expired leases, a batch at a time, until none are left; return how many."""
@@ -92,4 +94,5 @@ class Maintenance:
                     reaped = False
                     continue
                 await self.step(step)
+            self.passes += 1
             await anyio.sleep(self.reap_interval)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # these modules, also in spawned workers
-# The repository root: the claim scenario reads plans with tests/plans.py, as the plan tests do.
+# The repository root: the claim scenario reads plans with tests/support/plans.py, as the plan tests do.
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import report

@@ -1,11 +1,9 @@
-"""Test harness: one PostgreSQL server per session (see ``pg.py``), a migrated template
-database, and a fresh database cloned from it for every test."""
+"""Fixtures for every layer: a fresh database per test that asks for one (the server starts the
+first time one does; see ``tests/support/pg.py``), the queue and connection on it, and the
+header line naming the PostgreSQL in use. Where a new test goes: ``tests/README.md``."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import itertools
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,80 +12,27 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue import _migrate as migrate
-from aioqueue._dsn import with_database
+from tests.support.cli_tools import APP
+from tests.support.pg import TEMPLATE, fresh_database, header, stop
 
-from .cli_tools import APP
-from .pg import Server, find_server
-
-_stack = contextlib.ExitStack()
-_server: Server | None = None
-_version = "?"  # the server's version, read when the template is made
-_names = itertools.count()
-TEMPLATE = f"aioqueue_tpl_{os.getpid()}"
+# Workers that mostly wait on PostgreSQL and on child processes: a few more than the cores,
+# but bounded, so a small machine does not thrash.
+_MAX_WORKERS = 4
+UNIT = Path(__file__).resolve().parent / "unit"
 
 
-async def _create_template(admin_dsn: str) -> str:
-    """Make the migrated template database; return the server's version."""
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        version = str(await conn.fetchval("SHOW server_version"))
-        await conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
-        await conn.execute(f"CREATE DATABASE {TEMPLATE}")
-    finally:
-        await conn.close()
-    tpl = await asyncpg.connect(with_database(admin_dsn, TEMPLATE))
-    try:
-        await migrate.migrate(tpl, "aioqueue")
-    finally:
-        await tpl.close()
-    return version
-
-
-async def _drop(admin_dsn: str, names: list[str]) -> None:
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        for name in names:
-            await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    finally:
-        await conn.close()
-
-
-def server() -> Server:
-    assert _server is not None, "the PostgreSQL server was not started"
-    return _server
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    global _server, _version
-    _server = _stack.enter_context(find_server())
-    _version = asyncio.run(_create_template(_server.dsn))
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    if config.args and all(Path(arg.split("::")[0]).resolve().is_relative_to(UNIT) for arg in config.args):
+        return 0  # the database-free layer alone: starting workers would cost more than its tests
+    return min(_MAX_WORKERS, 2 * (os.cpu_count() or 1))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _server is not None:
-        with contextlib.suppress(Exception):
-            asyncio.run(_drop(_server.dsn, [TEMPLATE]))
-    _stack.close()
+    stop()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"aioqueue tests: PostgreSQL {_version} from {server().source}"
-
-
-@contextlib.asynccontextmanager
-async def fresh_database(prefix: str, template: str | None) -> AsyncIterator[str]:
-    """Create a database (a copy of ``template``, or empty), yield its DSN, drop it after."""
-    name = f"aioqueue_{prefix}{os.getpid()}_{next(_names)}"
-    admin = await asyncpg.connect(server().dsn)
-    try:
-        await admin.execute(f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
-    finally:
-        await admin.close()
-    try:
-        yield with_database(server().dsn, name)
-    finally:
-        await _drop(server().dsn, [name])
+    return header()
 
 
 @pytest.fixture

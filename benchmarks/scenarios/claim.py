@@ -14,7 +14,7 @@ from common import TASK, Measurement, Run, insert_pending, migrated, progress
 
 import aioqueue
 from aioqueue._job import Connection
-from tests import plans
+from tests.support import plans
 
 Statement = Literal["claim_unlimited", "claim"]
 #: The statements measured, the one workers run most first.

@@ -1,0 +1,264 @@
+"""The web integrations end to end: the example apps through their real ASGI / aiohttp stacks,
+lifespan on, against PostgreSQL; and the background worker's startup and shutdown."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import itertools
+import time
+from collections.abc import AsyncIterator, MutableMapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import anyio
+import asyncpg
+import httpx
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+import aioqueue
+from aioqueue.integrations import BackgroundWorker
+from aioqueue.integrations import aiohttp as aioqueue_aiohttp
+from aioqueue.integrations.fastapi import lifespan
+from tests.support.helpers import eventually
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+_loaded = itertools.count()
+
+Message = MutableMapping[str, Any]
+
+
+def load_example(name: str, dsn: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """Import ``examples/<name>.py`` afresh (its own Queue and tasks), pointed at ``dsn``."""
+    monkeypatch.setenv("AIOQUEUE_DSN", dsn)
+    spec = importlib.util.spec_from_file_location(f"example_{name}_{next(_loaded)}", EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.asynccontextmanager
+async def asgi_lifespan(app: Any, timeout: float = 20.0) -> AsyncIterator[None]:
+    """Drive the ASGI lifespan protocol, as a server does: startup, then shutdown on exit."""
+    to_app, app_receives = anyio.create_memory_object_stream[Message](4)
+    app_sends, from_app = anyio.create_memory_object_stream[Message](4)
+    async with to_app, app_receives, app_sends, from_app, anyio.create_task_group() as tg:
+        scope: MutableMapping[str, Any] = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
+        tg.start_soon(app, scope, app_receives.receive, app_sends.send)
+        with anyio.fail_after(timeout):
+            await to_app.send({"type": "lifespan.startup"})
+            message = await from_app.receive()
+        assert message["type"] == "lifespan.startup.complete", message
+        try:
+            yield
+        finally:
+            with anyio.fail_after(timeout):
+                await to_app.send({"type": "lifespan.shutdown"})
+                message = await from_app.receive()
+            assert message["type"] == "lifespan.shutdown.complete", message
+
+
+async def assert_one_job_ever(db: asyncpg.Connection) -> None:
+    """Check that the first order's job was the only one: the refused request left none.
+
+    Once the table is empty, a job of the refused request would have to have succeeded (and
+    been counted in queue_stats) or still be there (pending, running or dead).
+    """
+
+    async def empty() -> bool:
+        return bool(await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0)
+
+    await eventually(empty, what="the completer to delete the finished job")
+    assert await db.fetchval("SELECT sum(succeeded) FROM aioqueue.queue_stats") == 1
+
+
+async def max_loop_lag(until: anyio.Event, tick: float = 0.005) -> float:
+    """Measure the longest the event loop was late for a ``tick`` sleep until ``until`` is set."""
+    worst = 0.0
+    while not until.is_set():
+        started = time.perf_counter()
+        await anyio.sleep(tick)
+        worst = max(worst, time.perf_counter() - started - tick)
+    return worst
+
+
+async def test_fastapi_order_and_job_commit_together(
+    dsn: str, db: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    example = load_example("fastapi_app", dsn, monkeypatch)
+    transport = httpx.ASGITransport(app=example.app)
+    async with asgi_lifespan(example.app), httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        created = await http.post("/orders", json={"item": "widget", "quantity": 3})
+        assert created.status_code == 201, created.text
+        order_id = created.json()["order_id"]
+
+        async def confirmed() -> bool:
+            order = (await http.get(f"/orders/{order_id}")).json()
+            return order["confirmed_at"] is not None
+
+        await eventually(confirmed, what="the background worker to confirm the order")
+
+        # The stock update fails its CHECK after the job was enqueued: nothing is left.
+        refused = await http.post("/orders", json={"item": "widget", "quantity": 1000})
+        assert refused.status_code == 409, refused.text
+        assert await db.fetchval("SELECT count(*) FROM orders") == 1
+        assert await db.fetchval("SELECT available FROM stock WHERE item = 'widget'") == 97
+        await assert_one_job_ever(db)
+    # Shutdown closed the pool the lifespan opened.
+    with pytest.raises(aioqueue.AioqueueError):
+        _ = example.queue.pool
+
+
+async def test_fastapi_enqueue_is_one_statement_in_the_request_transaction(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    example = load_example("fastapi_app", dsn, monkeypatch)
+    async with asgi_lifespan(example.app):
+        statements: list[str] = []
+        async with example.queue.pool.acquire() as conn:
+
+            def log(record: asyncpg.connection.LoggedQuery) -> None:
+                statements.append(record.query)
+
+            conn.add_query_logger(log)
+            for _ in range(2):
+                async with conn.transaction():
+                    await example.send_order_confirmation.options(conn=conn).enqueue(order_id=1)
+                    await conn.execute("SELECT pg_sleep(0)")  # the caller's own work
+            # Query loggers run as callbacks soon after each query: wait for the last one.
+            await eventually(lambda: statements.count("COMMIT;") == 2, what="the query log")
+            conn.remove_query_logger(log)
+        kinds = ["enqueue" if "INSERT INTO aioqueue.jobs" in s else s for s in statements]
+        assert kinds == ["BEGIN;", "enqueue", "SELECT pg_sleep(0)", "COMMIT;"] * 2, statements
+
+
+async def test_background_worker_keeps_the_event_loop_responsive(q: aioqueue.Queue) -> None:
+    done = 0
+
+    @q.task
+    async def tiny(n: int) -> None:
+        nonlocal done
+        done += 1
+
+    count = 2000
+    await tiny.enqueue_many([{"n": i} for i in range(count)])
+    finished = anyio.Event()
+    async with BackgroundWorker(q, concurrency=50, poll_interval=0.05), anyio.create_task_group() as tg:
+
+        async def drained() -> None:
+            await eventually(lambda: done == count, timeout=30, what="the backlog to drain")
+            finished.set()
+
+        tg.start_soon(drained)
+        lag = await max_loop_lag(finished)
+    # Claims, completions and heartbeats are awaited I/O: no step holds the loop for long.
+    assert lag < 0.25, f"the event loop was blocked for {lag:.3f}s while the worker drained"
+
+
+async def test_lifespan_drains_an_in_flight_job_on_shutdown(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    started, release = anyio.Event(), anyio.Event()
+    finished: list[int] = []
+
+    @q.task
+    async def slow(n: int) -> None:
+        started.set()
+        await release.wait()
+        finished.append(n)
+
+    app_lifespan = lifespan(q, concurrency=2, grace_period=10.0, poll_interval=0.05)
+    async with anyio.create_task_group() as tg:
+        async with app_lifespan(object()):
+            await slow.enqueue(n=7)
+            with anyio.fail_after(10):
+                await started.wait()
+            # Shutdown begins while the job runs: the exit below asks the worker to stop before
+            # it first waits, and only then does this task run and let the job finish.
+            tg.start_soon(_release, release)
+        assert finished == [7]
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+
+
+async def _release(event: anyio.Event) -> None:
+    event.set()
+
+
+async def test_shutdown_interrupts_a_job_past_the_grace_period(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    started = anyio.Event()
+
+    @q.task
+    async def stuck() -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    background = BackgroundWorker(q, grace_period=0.2, poll_interval=0.05)
+    await background.start()
+    job_id = await stuck.enqueue()
+    with anyio.fail_after(10):
+        await started.wait()
+        stats = await background.stop()
+    assert stats is not None and stats.interrupted == 1
+    row = await db.fetchrow("SELECT status, last_error FROM aioqueue.jobs WHERE id = $1", job_id)
+    assert row is not None and row["status"] == "pending"
+    assert "shut down" in row["last_error"]
+    assert not background.running
+
+
+async def test_background_worker_fails_startup_on_a_missing_schema(empty_dsn: str) -> None:
+    queue = aioqueue.Queue(empty_dsn)
+
+    @queue.task
+    async def noop() -> None:
+        pass
+
+    with pytest.raises(aioqueue.SchemaNotReadyError, match="aioqueue migrate"):
+        await BackgroundWorker(queue).start()
+    with pytest.raises(aioqueue.AioqueueError):
+        _ = queue.pool  # the pool start() opened is closed again
+
+
+async def test_background_worker_borrows_the_apps_pool(dsn: str) -> None:
+    async with asyncpg.create_pool(dsn, min_size=1, max_size=4) as pool:
+        queue = aioqueue.Queue(dsn)
+        ran = anyio.Event()
+
+        @queue.task
+        async def ping() -> None:
+            ran.set()
+
+        async with BackgroundWorker(queue, pool=pool, poll_interval=0.05):
+            assert queue.pool is pool
+            await ping.enqueue()
+            with anyio.fail_after(10):
+                await ran.wait()
+        assert await pool.fetchval("SELECT 1") == 1  # still open: it is the app's
+
+
+async def test_aiohttp_order_and_job_commit_together(
+    dsn: str, db: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    example = load_example("aiohttp_app", dsn, monkeypatch)
+    app = example.create_app()
+    async with TestClient(TestServer(app)) as client:
+        background = app[aioqueue_aiohttp.WORKER_KEY]
+        assert background.running
+        created = await client.post("/orders", json={"item": "widget", "quantity": 2})
+        assert created.status == 201, await created.text()
+        order_id = (await created.json())["order_id"]
+
+        async def confirmed() -> bool:
+            response = await client.get(f"/orders/{order_id}")
+            return (await response.json())["confirmed_at"] is not None
+
+        await eventually(confirmed, what="the background worker to confirm the order")
+
+        refused = await client.post("/orders", json={"item": "widget", "quantity": 1000})
+        assert refused.status == 409, await refused.text()
+        assert await db.fetchval("SELECT count(*) FROM orders") == 1
+        await assert_one_job_ever(db)
+    assert not background.running
+    assert background.stats is not None and background.stats.succeeded == 1

@@ -1,0 +1,238 @@
+"""On time and never idle: limited queues keep their allowed slots busy across workers, delayed
+jobs, retries and snoozes start when due, and result() wakes at once for every final outcome.
+
+Every worker here polls only every 5 s, so a timing the tests accept cannot come from a poll.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import anyio
+import asyncpg
+import pytest
+
+import aioqueue
+from tests.support.helpers import eventually, running
+
+SLOW_POLL = 5.0
+
+
+@pytest.fixture
+async def queues(dsn: str) -> AsyncIterator[list[aioqueue.Queue]]:
+    """Three queues on the same database: three workers' worth of pools and listeners."""
+    opened = [aioqueue.Queue(dsn, pool_max_size=4) for _ in range(3)]
+    for q in opened:
+        await q.open()
+    try:
+        yield opened
+    finally:
+        for q in opened:
+            await q.close()
+
+
+def limited_task(q: aioqueue.Queue, running_now: list[int], peak: list[int], seconds: float) -> None:
+    @q.task(name="limited", queue="lim")
+    async def limited() -> None:
+        running_now[0] += 1
+        peak[0] = max(peak[0], running_now[0])
+        try:
+            await anyio.sleep(seconds)
+        finally:
+            running_now[0] -= 1
+
+
+async def test_a_freed_slot_lets_a_waiting_claim_go_at_once_across_workers(queues: list[aioqueue.Queue]) -> None:
+    running_now, peak = [0], [0]
+    for q in queues:
+        limited_task(q, running_now, peak, 0.2)
+    await queues[0].set_limits("lim", concurrency=2)
+    await queues[0].tasks["limited"].enqueue_many([{}] * 30)
+    workers = [q.worker(concurrency=5, poll_interval=SLOW_POLL) for q in queues]
+    started = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        for w in workers:
+            tg.start_soon(w.run)
+        await eventually(lambda: sum(w.stats.succeeded for w in workers) == 30, timeout=30,
+                         what="30 limited jobs to finish")
+        elapsed = time.monotonic() - started
+        for w in workers:
+            w.stop()
+    # 30 jobs of 0.2 s through 2 slots: 3 s when the slots never idle (a poll-bound run: ~15 s+).
+    assert elapsed < 6.0, elapsed
+    assert peak[0] == 2  # the limit held
+
+
+async def test_one_worker_keeps_a_limited_queue_busy_and_run_until_empty_drains_it(q: aioqueue.Queue) -> None:
+    running_now, peak = [0], [0]
+    limited_task(q, running_now, peak, 0.1)
+    await q.set_limits("lim", concurrency=2)
+    await q.tasks["limited"].enqueue_many([{}] * 10)
+    started = time.monotonic()
+    stats = await q.worker(concurrency=5, poll_interval=SLOW_POLL).run_until_empty()
+    elapsed = time.monotonic() - started
+    assert stats.succeeded == 10 and peak[0] == 2
+    assert elapsed < 2.5, elapsed  # 10 x 0.1 s through 2 slots is 0.5 s
+    async with q.connection() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+
+
+async def test_a_rate_limited_queue_claims_again_when_its_window_allows(q: aioqueue.Queue) -> None:
+    starts: list[float] = []
+
+    @q.task(queue="rated")
+    async def tick() -> None:
+        starts.append(time.monotonic())
+
+    await q.set_limits("rated", rate=(2, 0.5))
+    await tick.enqueue_many([{}] * 6)
+    began = time.monotonic()
+    stats = await q.worker(concurrency=4, poll_interval=SLOW_POLL).run_until_empty()
+    assert stats.succeeded == 6
+    # Three windows of 0.5 s: about 1 s in all; waiting for polls would take 10 s.
+    assert starts[-1] - began < 2.5, starts[-1] - began
+    starts.sort()
+    for i in range(2, 6):
+        assert starts[i] - starts[i - 2] >= 0.45, starts  # never more than 2 in a window
+
+
+async def test_paused_queue_jobs_are_not_ready_for_run_until_empty(q: aioqueue.Queue) -> None:
+    @q.task(queue="held")
+    async def held() -> None:
+        pass
+
+    await q.pause("held")
+    await held.enqueue()
+    with anyio.fail_after(5):
+        stats = await q.worker(poll_interval=SLOW_POLL).run_until_empty()
+    assert stats.claimed == 0
+
+
+async def test_delayed_jobs_retries_and_snoozes_start_when_due(q: aioqueue.Queue) -> None:
+    starts: dict[str, list[float]] = {"delayed": [], "retried": [], "snoozed": []}
+
+    @q.task
+    async def delayed() -> None:
+        starts["delayed"].append(time.monotonic())
+
+    @q.task
+    async def retried() -> None:
+        starts["retried"].append(time.monotonic())
+        if len(starts["retried"]) == 1:
+            raise aioqueue.Retry(delay=0.5)
+
+    @q.task
+    async def snoozed() -> None:
+        starts["snoozed"].append(time.monotonic())
+        if len(starts["snoozed"]) == 1:
+            raise aioqueue.Snooze(0.5)
+
+    worker = q.worker(poll_interval=SLOW_POLL)
+    async with running(worker):
+        enqueued = time.monotonic()
+        await delayed.options(delay=0.5).enqueue()
+        await retried.enqueue()
+        await snoozed.enqueue()
+        await eventually(lambda: all(len(s) == (1 if k == "delayed" else 2) for k, s in starts.items()),
+                         timeout=4, what="the delayed job, the retry and the snooze to run")
+    lateness = {
+        "delayed": starts["delayed"][0] - enqueued - 0.5,
+        "retried": starts["retried"][1] - starts["retried"][0] - 0.5,
+        "snoozed": starts["snoozed"][1] - starts["snoozed"][0] - 0.5,
+    }
+    for kind, late in lateness.items():
+        assert -0.05 < late < 0.25, (kind, lateness)  # due time kept; a poll would be ~4.5 s late
+
+
+async def test_a_delayed_job_due_before_one_already_known_still_starts_on_time(q: aioqueue.Queue) -> None:
+    started: list[tuple[str, float]] = []
+
+    @q.task
+    async def mark(tag: str) -> None:
+        started.append((tag, time.monotonic()))
+
+    worker = q.worker(poll_interval=SLOW_POLL)
+    async with running(worker):
+        await mark.options(delay=3.0).enqueue(tag="late")
+        enqueued = time.monotonic()
+        await mark.options(delay=0.3).enqueue(tag="early")
+        await eventually(lambda: len(started) == 1, timeout=3, what="the earlier job")
+    tag, at = started[0]
+    assert tag == "early" and at - enqueued < 0.3 + 0.25
+
+
+@pytest.mark.parametrize("ending", ["dead", "cancelled"])
+async def test_result_wakes_at_once_for_dead_and_cancelled_jobs(
+    q: aioqueue.Queue, db: asyncpg.Connection, ending: str
+) -> None:
+    gate = anyio.Event()
+
+    @q.task(archive=True, max_attempts=1)
+    async def ends() -> None:
+        await gate.wait()
+        raise RuntimeError("no")
+
+    ref = await ends.options(delay=0 if ending == "dead" else 60).enqueue()
+    outcome: list[tuple[str, float]] = []
+
+    async def wait_for_it() -> None:
+        try:
+            await ref.result(timeout=10)
+        except (aioqueue.JobFailed, aioqueue.JobCancelled) as exc:
+            outcome.append((type(exc).__name__, time.monotonic()))
+
+    worker = q.worker(poll_interval=SLOW_POLL)
+    async with running(worker), anyio.create_task_group() as tg:
+        tg.start_soon(wait_for_it)
+        # result() polls only every second: wait until it listens, so only NOTIFY can be fast.
+        await eventually(lambda: db.fetchval(
+            "SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE 'LISTEN %aioqueue_done%'"
+        ), what="result() to listen")
+        if ending == "dead":
+            await eventually(lambda: worker.active == 1, what="the job to start")
+            event_at = time.monotonic()
+            gate.set()
+        else:
+            event_at = time.monotonic()
+            assert await ref.cancel() == "cancelled"
+        await eventually(lambda: bool(outcome), timeout=5, what="result() to return")
+    kind, at = outcome[0]
+    assert kind == ("JobFailed" if ending == "dead" else "JobCancelled")
+    assert at - event_at < 0.5, at - event_at  # by NOTIFY, not result()'s 1 s poll
+
+
+async def test_three_worker_processes_keep_two_limited_slots_busy(dsn: str, db: asyncpg.Connection) -> None:
+    from tests.support.worker import SPANS_TABLE, command
+
+    await db.execute(SPANS_TABLE)
+    q = aioqueue.Queue(dsn)
+
+    @q.task(name="limited", queue="lim")
+    async def limited() -> None: ...
+
+    async with q:
+        await q.set_limits("lim", concurrency=2)
+        processes = [
+            await anyio.open_process(command("limited", dsn, 0.2)) for _ in range(3)
+        ]
+        try:
+            await eventually(lambda: db.fetchval(
+                "SELECT count(*) = 3 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+            ), timeout=20, what="three listening workers")
+            await limited.enqueue_many([{}] * 30)
+            await eventually(lambda: db.fetchval("SELECT count(*) = 30 FROM spans"), timeout=30,
+                             what="30 limited jobs across three processes")
+        finally:
+            for p in processes:
+                p.terminate()
+            for p in processes:
+                await p.wait()
+    took = await db.fetchval("SELECT extract(epoch FROM max(ended) - min(started))::float8 FROM spans")
+    # 30 jobs of 0.2 s through 2 slots: 3 s when a freed slot is taken at once (~15 s by polls).
+    assert took < 6.0, took
+    peak = await db.fetchval(
+        "SELECT max(n) FROM (SELECT (SELECT count(*) FROM spans AS o WHERE o.started <= s.started "
+        "AND o.ended > s.started) AS n FROM spans AS s) AS t"
+    )
+    assert peak <= 2  # measured inside the handlers, so it is at most the slots in use

@@ -1,0 +1,98 @@
+"""Adaptive prefetch, the default: short jobs are claimed in large batches, long jobs are never
+hoarded, a worker never holds more than its cap, and a stopping worker gives back at once what
+it holds unstarted."""
+
+from __future__ import annotations
+
+import anyio
+import asyncpg
+
+import aioqueue
+from tests.support.helpers import eventually
+
+
+async def test_two_worker_processes_share_one_second_jobs(dsn: str, db: asyncpg.Connection) -> None:
+    from tests.support.worker import NAPS_TABLE, command
+
+    await db.execute(NAPS_TABLE)
+    q = aioqueue.Queue(dsn)
+
+    @q.task(name="nap", queue="naps")
+    async def nap() -> None: ...
+
+    async with q:
+        processes = [
+            await anyio.open_process(command("nap", dsn, 1.0)) for _ in range(2)
+        ]
+        try:
+            await eventually(lambda: db.fetchval(
+                "SELECT count(*) = 2 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+            ), timeout=20, what="two listening workers")
+            await nap.enqueue_many([{}] * 10)
+            await eventually(lambda: db.fetchval("SELECT count(*) = 10 FROM naps"), timeout=30,
+                             what="10 one-second jobs across two processes")
+        finally:
+            for p in processes:
+                p.terminate()
+            for p in processes:
+                await p.wait()
+    per_process = [r["n"] for r in await db.fetch("SELECT count(*) AS n FROM naps GROUP BY pid")]
+    took = await db.fetchval("SELECT extract(epoch FROM max(ended) - min(started))::float8 FROM naps")
+    assert sorted(per_process) == [5, 5]  # neither worker hoarded the other's share
+    assert took < 1.8, took  # about 1 s: all ten ran at once (2 s if one worker held six or more)
+
+
+async def test_buffer_never_exceeds_the_cap(q: aioqueue.Queue) -> None:
+    held: list[int] = []
+    worker = q.worker(concurrency=2, prefetch=50)
+
+    @q.task
+    async def quick(n: int) -> None:
+        held.append(worker.active)
+
+    await quick.enqueue_many([{"n": i} for i in range(3000)])
+    with anyio.fail_after(60):
+        assert (await worker.run_until_empty()).succeeded == 3000
+    assert max(held) <= 2 + 50
+    assert max(held) > 2 + 10  # short jobs: it did claim ahead, in batches
+
+    held.clear()
+    off = q.worker(concurrency=2, prefetch=0)
+
+    @q.task
+    async def quick_off(n: int) -> None:
+        held.append(off.active)
+
+    await quick_off.enqueue_many([{"n": i} for i in range(500)])
+    with anyio.fail_after(60):
+        await off.run_until_empty()
+    assert max(held) <= 2
+
+
+async def test_stopping_worker_hands_back_unstarted_jobs_at_once(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    release = anyio.Event()
+    blocked = anyio.Event()
+
+    @q.task
+    async def step(n: int) -> None:
+        if n == 400:
+            blocked.set()
+            with anyio.fail_after(30):
+                await release.wait()
+
+    await step.enqueue_many([{"n": i} for i in range(2000)])
+    worker = q.worker(concurrency=1, prefetch=100, grace_period=3600, poll_interval=5.0)
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            await blocked.wait()
+            await eventually(lambda: worker.active > 1, what="jobs buffered behind the blocked one")
+            worker.stop()
+            # The blocked handler still runs; every buffered job is pending again already.
+            await eventually(lambda: db.fetchval(
+                "SELECT count(*) = 1 FROM aioqueue.jobs WHERE status = 'running'"), timeout=5,
+                what="the unstarted jobs to go back")
+            assert await db.fetchval("SELECT args->>'n' FROM aioqueue.jobs WHERE status = 'running'") == "400"
+            release.set()
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status = 'pending' AND attempts = 0") > 0
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status <> 'pending'") == 0

@@ -1,0 +1,157 @@
+"""Rolling upgrades: workers of an older release keep working while the schema is migrated
+under them, one migration at a time, and then beside workers of this release.
+
+The older release is the package as it was just before the next migration was added, taken
+from git history (``git archive``) and run in a process of its own; it migrates an empty
+database to its own version, then enqueues and works jobs without pause. Each later migration is
+applied by this code while it runs; finally a worker of this code joins and both enqueue.
+A job run twice would fail on the primary key of ``seen`` and end dead: none may.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import tarfile
+from collections.abc import AsyncIterator
+from io import BytesIO
+from pathlib import Path
+
+import anyio
+import asyncpg
+import pytest
+
+import aioqueue
+from aioqueue import _migrate as migrate
+from aioqueue._queries import for_schema
+from tests.support.helpers import eventually, running
+
+ROOT = Path(__file__).resolve().parents[2]
+
+OLD_WORKER = '''
+import asyncio, os, sys
+sys.path.insert(0, os.environ["OLD_CODE"])
+import aioqueue
+assert aioqueue.__file__.startswith(os.environ["OLD_CODE"]), aioqueue.__file__
+
+queue = aioqueue.Queue(os.environ["DSN"])
+
+
+@queue.task(queue="up")
+async def mark(n: int) -> None:
+    async with queue.pool.acquire() as conn:
+        await conn.execute("INSERT INTO seen (n, who) VALUES ($1, 'old')", n)
+
+
+async def enqueue_forever() -> None:
+    n = 0
+    while True:
+        await mark.enqueue(1_000_000 + n)
+        n += 1
+        await asyncio.sleep(0.01)
+
+
+async def main() -> None:
+    async with queue:
+        await queue.migrate()
+        feeder = asyncio.ensure_future(enqueue_forever())
+        try:
+            await queue.worker(poll_interval=0.05).run()
+        finally:
+            feeder.cancel()
+
+
+asyncio.run(main())
+'''
+
+
+def _old_release(version: int, into: Path) -> Path:
+    """Extract the package as it was when ``version`` was its newest migration; return where.
+
+    Along main's first parent, so a migration that arrived in a merge is found at that merge."""
+    nxt = f"aioqueue/migrations/{version + 1:04d}_*.sql"
+    added = subprocess.run(
+        ["git", "-C", str(ROOT), "log", "--first-parent", "-m", "--diff-filter=A", "--format=%H", "--", nxt],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()
+    if not added:
+        raise RuntimeError(f"no git history of {nxt}: the upgrade tests need the repository's history")
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", f"{added[-1]}^", "aioqueue"], capture_output=True, check=True
+    ).stdout
+    target = into / f"release_{version}"
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(target, filter="data")
+    return target
+
+
+@contextlib.asynccontextmanager
+async def _old_worker(dsn: str, code: Path) -> AsyncIterator[anyio.abc.Process]:
+    env = {"DSN": dsn, "OLD_CODE": str(code), "PATH": "/usr/bin:/bin"}
+    process = await anyio.open_process([sys.executable, "-c", OLD_WORKER], env=env, stdout=None, stderr=None)
+    async with process:
+        try:
+            yield process
+        finally:
+            if process.returncode is None:
+                process.terminate()
+                with anyio.fail_after(30):
+                    await process.wait()
+
+
+async def _apply(db: asyncpg.Connection, version: int) -> None:
+    """Apply migration ``version`` alone, as ``migrate`` does it."""
+    [m] = [m for m in migrate.migrations() if m.version == version]
+    q = for_schema("aioqueue")
+    async with db.transaction():
+        await db.execute(m.render("aioqueue"))
+        await db.execute(q.record_migration, m.version, m.name)
+
+
+async def _done(db: asyncpg.Connection, who: str) -> int:
+    return int(await db.fetchval("SELECT count(*) FROM seen WHERE who = $1", who))
+
+
+@pytest.mark.parametrize("old_version", range(1, migrate.latest_version()))
+async def test_old_workers_keep_working_across_each_migration_and_beside_new_ones(
+    empty_dsn: str, tmp_path: Path, old_version: int
+) -> None:
+    code = await anyio.to_thread.run_sync(_old_release, old_version, tmp_path)
+    db = await asyncpg.connect(empty_dsn)
+    try:
+        await db.execute("CREATE TABLE seen (n bigint PRIMARY KEY, who text NOT NULL)")
+        async with _old_worker(empty_dsn, code) as old:
+            await eventually(lambda: _at_least(db, "old", 1), timeout=30, what="the old release to run jobs")
+            assert await migrate.applied_version(db, "aioqueue") == old_version
+            for version in range(old_version + 1, migrate.latest_version() + 1):
+                await _apply(db, version)
+                before = await _done(db, "old")
+                await eventually(lambda b=before: _more(db, b), timeout=20,
+                                 what=f"the old release to keep working after migration {version}")
+            # This release's worker joins; both enqueue into one queue, both work it.
+            queue = aioqueue.Queue(empty_dsn)
+
+            @queue.task(queue="up")
+            async def mark(n: int) -> None:
+                async with queue.pool.acquire() as conn:
+                    await conn.execute("INSERT INTO seen (n, who) VALUES ($1, 'new')", n)
+
+            async with queue, running(queue.worker(poll_interval=0.05)):
+                await mark.enqueue_many([{"n": n} for n in range(300)])
+                await eventually(lambda: _at_least(db, "new", 50), timeout=30, what="the new release to run jobs")
+                before = await _done(db, "old")
+                await eventually(lambda: _more(db, before), timeout=20, what="the old release beside the new")
+            assert old.returncode is None  # still running: it never crashed on the newer schema
+        dead = await db.fetch("SELECT id, last_error FROM aioqueue.jobs WHERE status = 'dead'")
+        assert dead == [], dead  # no job failed, none ran twice
+    finally:
+        await db.close()
+
+
+async def _more(db: asyncpg.Connection, than: int) -> bool:
+    return await _done(db, "old") >= than + 20
+
+
+async def _at_least(db: asyncpg.Connection, who: str, count: int) -> bool:
+    return await _done(db, who) >= count

@@ -1,0 +1,88 @@
+"""Wake-ups: NOTIFY starts an idle worker at once; the poll covers lost notifications; the
+listener comes back after its connection is killed."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import asyncpg
+import pytest
+
+import aioqueue
+from aioqueue._notifier import Notifier
+from tests.support.helpers import eventually, running
+
+
+def _timed_task(q: aioqueue.Queue, starts: list[float]) -> aioqueue.Task[[], None]:
+    @q.task
+    async def ping() -> None:
+        starts.append(time.perf_counter())
+
+    return ping
+
+
+async def test_idle_worker_wakes_on_notify_within_milliseconds(q: aioqueue.Queue) -> None:
+    starts: list[float] = []
+    ping = _timed_task(q, starts)
+    # A poll of a minute: only the notification can explain a fast start.
+    worker = q.worker(poll_interval=60)
+    latencies = []
+    async with running(worker):
+        for i in range(20):
+            sent = time.perf_counter()
+            await ping.enqueue()
+            await eventually(lambda i=i: len(starts) > i, timeout=5, interval=0.0005, what="the handler to start")
+            latencies.append(starts[i] - sent)
+    latencies.sort()
+    assert latencies[len(latencies) // 2] < 0.1, latencies  # generous: the benchmark measures it
+
+
+async def test_poll_finds_jobs_when_no_notification_comes(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    done = anyio.Event()
+
+    @q.task
+    async def quiet() -> None:
+        done.set()
+
+    async with running(q.worker(poll_interval=0.2)):
+        # Written behind aioqueue's back: no NOTIFY is sent.
+        await db.execute("INSERT INTO aioqueue.jobs (task, args) VALUES ('quiet', '{}')")
+        with anyio.fail_after(10):
+            await done.wait()
+
+
+async def test_listener_reconnects_after_being_killed(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    starts: list[float] = []
+    ping = _timed_task(q, starts)
+    worker = q.worker(poll_interval=60, ping_interval=0.5)
+    async with running(worker):
+        notifier = worker.notifier
+        assert notifier is not None and notifier.connected
+        for round_ in range(1, 4):
+            pid = notifier.backend_pid
+            assert await db.fetchval("SELECT pg_terminate_backend($1)", pid)
+            await eventually(
+                lambda r=round_: notifier.connects == r + 1 and notifier.connected,
+                timeout=15, what="the listener to reconnect",
+            )
+            assert notifier.backend_pid != pid
+            await ping.enqueue()
+            await eventually(lambda r=round_: len(starts) == r, timeout=5, what="a job after the reconnect")
+
+
+async def test_jobs_enqueued_while_listener_is_down_are_caught_up(
+    q: aioqueue.Queue, db: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    starts: list[float] = []
+    ping = _timed_task(q, starts)
+    monkeypatch.setattr(Notifier, "reconnect_delay", 1.0)  # a window in which the listener is down
+    worker = q.worker(poll_interval=60, ping_interval=0.5)
+    async with running(worker):
+        notifier = worker.notifier
+        assert notifier is not None
+        await db.execute("SELECT pg_terminate_backend($1)", notifier.backend_pid)
+        await eventually(lambda: not notifier.connected, what="the listener to notice it was killed")
+        await ping.enqueue()  # its NOTIFY reaches nobody
+        await eventually(lambda: len(starts) == 1, timeout=15, what="the missed job to be caught up")
+        assert notifier.connects == 2  # it was the reconnect that found it, not a notification

@@ -1,0 +1,137 @@
+"""One worker process for the tests that need a worker in a process of its own (to kill it, or to
+run several at once): ``python -m tests.support.worker KIND DSN ARG...``, where KIND names the
+task it runs, its arguments and its worker's settings:
+
+- ``hang DSN LEASE``: task ``hang`` records that it started (a committed row in ``started``),
+  then never returns, so a test can kill the process with the job in flight.
+- ``limited DSN SECONDS``: task ``limited`` (queue ``lim``) sleeps ``SECONDS`` and records its
+  start and end in ``spans`` (:data:`SPANS_TABLE`), so a test can tell from the database how many
+  ran at once across every process, and when.
+- ``load DSN CONCURRENCY LEASE``: task ``work`` (:func:`register`) records each start and finish
+  of a handler in ``runs`` (:data:`RUNS_TABLE`) with this process's pid, a few milliseconds
+  apart, so a test that kills this process can tell which jobs were in flight at the kill.
+- ``nap DSN SECONDS``: a default worker (only ``concurrency=5``) whose task ``nap`` (queue
+  ``naps``) sleeps ``SECONDS`` and records its start, end and process in ``naps``
+  (:data:`NAPS_TABLE`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import anyio
+
+import aioqueue
+
+SPANS_TABLE = "CREATE TABLE spans (job_id bigint, started timestamptz, ended timestamptz)"
+NAPS_TABLE = "CREATE TABLE naps (job_id bigint, pid int, started timestamptz, ended timestamptz)"
+RUNS_TABLE = """
+CREATE TABLE runs (
+    job_id  bigint NOT NULL,
+    n       int    NOT NULL,
+    attempt int    NOT NULL,
+    pid     int    NOT NULL,
+    event   text   NOT NULL CHECK (event IN ('start', 'finish')),
+    at      timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+_RECORD = "INSERT INTO runs (job_id, n, attempt, pid, event) VALUES ($1, $2, $3, $4, $5)"
+
+
+def register(queue: aioqueue.Queue) -> aioqueue.Task[[int], None]:
+    """Register ``work`` on ``queue``: the task the crash tests enqueue and ``load`` runs."""
+    pid = os.getpid()
+
+    @queue.task(name="work", max_attempts=1000)
+    async def work(n: int) -> None:
+        job = aioqueue.current_job()
+        async with queue.connection() as conn:
+            await conn.execute(_RECORD, job.id, n, job.attempt, pid, "start")
+        await anyio.sleep(random.uniform(0.001, 0.02))
+        async with queue.connection() as conn:
+            await conn.execute(_RECORD, job.id, n, job.attempt, pid, "finish")
+
+    return work
+
+
+async def hang(dsn: str, lease: str) -> None:
+    queue = aioqueue.Queue(dsn)
+
+    @queue.task(name="hang")
+    async def hang(n: int) -> None:
+        job = aioqueue.current_job()
+        async with queue.connection() as conn:
+            await conn.execute("INSERT INTO started (job_id, pid) VALUES ($1, pg_backend_pid())", job.id)
+        await anyio.sleep_forever()
+
+    async with queue:
+        await queue.worker(concurrency=4, lease=float(lease), poll_interval=0.1).run()
+
+
+async def _sleeper(queue: aioqueue.Queue, seconds: float, record: str, *values: object) -> None:
+    """A handler's body: sleep ``seconds`` between its start and ``record`` (committed), which
+    takes the job's id, then ``values``, then the start time."""
+    async with queue.connection() as conn:
+        started = await conn.fetchval("SELECT clock_timestamp()")
+    await anyio.sleep(seconds)
+    async with queue.connection() as conn:
+        await conn.execute(record, aioqueue.current_job().id, *values, started)
+
+
+async def limited(dsn: str, seconds: str) -> None:
+    queue = aioqueue.Queue(dsn, pool_max_size=4)
+
+    @queue.task(name="limited", queue="lim")
+    async def limited() -> None:
+        await _sleeper(queue, float(seconds), "INSERT INTO spans VALUES ($1, $2, clock_timestamp())")
+
+    async with queue:
+        await queue.worker(concurrency=5, poll_interval=5.0).run()
+
+
+async def nap(dsn: str, seconds: str) -> None:
+    queue = aioqueue.Queue(dsn, pool_max_size=4)
+
+    @queue.task(name="nap", queue="naps")
+    async def nap() -> None:
+        await _sleeper(queue, float(seconds), "INSERT INTO naps VALUES ($1, $2, $3, clock_timestamp())", os.getpid())
+
+    async with queue:
+        await queue.worker(concurrency=5).run()
+
+
+async def load(dsn: str, concurrency: str, lease: str) -> None:
+    queue = aioqueue.Queue(dsn, pool_max_size=10)
+    register(queue)
+    async with queue:
+        seconds = float(lease)
+        worker = queue.worker(
+            concurrency=int(concurrency),
+            lease=seconds,
+            heartbeat_interval=seconds / 6,
+            reap_interval=0.25,
+            poll_interval=0.2,
+            grace_period=5.0,
+        )
+        await worker.run()
+
+
+Kind = Callable[..., Coroutine[Any, Any, None]]
+KINDS: dict[str, Kind] = {"hang": hang, "limited": limited, "load": load, "nap": nap}
+
+
+def command(kind: str, *args: object) -> list[str]:
+    """The command line that runs a worker of ``kind`` with ``args`` (the DSN first)."""
+    assert kind in KINDS, kind
+    return [sys.executable, "-m", "tests.support.worker", kind, *map(str, args)]
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, format=f"[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+    asyncio.run(KINDS[sys.argv[1]](*sys.argv[2:]))

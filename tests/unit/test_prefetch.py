@@ -1,0 +1,50 @@
+"""Adaptive prefetch's arithmetic (``aioqueue._producer.Prefetch``), with no worker and no
+database: the buffer follows the finishing rate times the claim round trip, within the cap."""
+
+from __future__ import annotations
+
+from aioqueue._producer import Prefetch
+
+
+def test_buffer_follows_rate_times_round_trip_within_the_cap() -> None:
+    pace = Prefetch(cap=1000)
+    assert pace.target() == 0  # nothing finished yet: claim only for free slots
+    pace.claimed(0.001)
+    # 1-s jobs on 10 slots: 10 jobs/s x 1 ms is far below one job: buffer nothing.
+    for second in range(1, 30):
+        pace.finished(10 * second, pace._at + 1.0)
+    assert 9 < pace.rate < 11
+    assert pace.target() == 0
+    # No-op jobs at 50,000/s: 50 jobs per 1-ms round trip, times the margin.
+    fast = Prefetch(cap=1000)
+    fast.claimed(0.001)
+    for step in range(1, 50):  # samples of 20 ms (above SAMPLE even after float rounding)
+        fast.finished(1000 * step, fast._at + 0.02)
+    assert 50 * Prefetch.MARGIN * 0.9 <= fast.target() <= 50 * Prefetch.MARGIN
+    fast.claimed(0.5)  # a slow round trip: the buffer would be 50,000, but the cap holds
+    assert fast.target() == 1000
+    assert Prefetch(cap=0).target() == 0
+
+
+def test_the_rate_rises_quickly_and_falls_slowly() -> None:
+    pace = Prefetch(cap=100)
+    pace.finished(1000, pace._at + 0.1)  # a burst: 10,000/s over 100 ms
+    risen = pace.rate
+    assert risen > 9000
+    pace.finished(1000, pace._at + 0.1)  # then nothing finishes for 100 ms
+    assert risen * 0.7 < pace.rate < risen  # falls, but slowly (time constant FALL)
+
+
+def test_samples_shorter_than_the_shortest_span_are_ignored() -> None:
+    pace = Prefetch(cap=100)
+    at = pace._at
+    pace.finished(500, at + Prefetch.SAMPLE / 2)
+    assert pace.rate == 0.0 and pace._at == at
+
+
+def test_the_round_trip_is_a_running_average_of_claims() -> None:
+    pace = Prefetch(cap=100)
+    pace.claimed(0.010)
+    assert pace.round_trip == 0.010  # the first claim sets it
+    pace.claimed(0.020)
+    assert abs(pace.round_trip - 0.012) < 1e-12  # later ones move it a fifth of the way
