@@ -131,7 +131,8 @@ class PrometheusMetrics:
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> WSGIServer:
         """Serve this registry at ``http://addr:port/metrics`` from a daemon thread; return the
-        server (``server.server_port`` is the port when ``port`` is 0; ``shutdown()`` stops it)."""
+        server (``server.server_port`` is the port when ``port`` is 0; ``shutdown()`` stops it,
+        then ``server_close()`` closes its socket)."""
         server, _thread = prometheus_client.start_http_server(port, addr=addr, registry=self.registry)
         return server
 

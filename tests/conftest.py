@@ -22,9 +22,15 @@ UNIT = Path(__file__).resolve().parent / "unit"
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    if config.args and all(Path(arg.split("::")[0]).resolve().is_relative_to(UNIT) for arg in config.args):
+    """``-n auto``: no workers (one process) for the unit layer alone or a single named test,
+    no more workers than named tests, else a few more than the cores, at most ``_MAX_WORKERS``."""
+    args = config.args
+    if args and all(Path(arg.split("::")[0]).resolve().is_relative_to(UNIT) for arg in args):
         return 0  # the database-free layer alone: starting workers would cost more than its tests
-    return min(_MAX_WORKERS, 2 * (os.cpu_count() or 1))
+    most = min(_MAX_WORKERS, 2 * (os.cpu_count() or 1))
+    if args and all("::" in arg for arg in args):
+        most = min(most, len(args))
+    return most if most > 1 else 0
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
