@@ -18,10 +18,9 @@ import redis.asyncio as aioredis
 from anyio.abc import Process
 
 import aioqueue
-
-from .cli_tools import cli_env, free_port
-from .helpers import eventually
-from .redis_tools import check_arrivals, entries, own_redis
+from tests.support.cli_tools import cli_env, free_port
+from tests.support.helpers import eventually
+from tests.support.redis_tools import check_arrivals, entries, own_redis
 
 
 class RelayProcess:

@@ -26,13 +26,13 @@ from aioqueue.dashboard import create_app
 from aioqueue.metrics import PrometheusMetrics
 from aioqueue.streams import Event, Stream, open_stream
 from aioqueue.streams.redis import RedisStream
-
-from . import dashboard_tools, redis_tools, test_enqueue_anywhere
-from .cli_tools import aioqueue_cli, cli_process, free_port
-from .dashboard_tools import SERVED
-from .helpers import eventually
-from .redis_tools import REDIS_URL, check_arrivals, entries
-from .test_enqueue_anywhere import _django_connection
+from tests.integration import test_enqueue_anywhere
+from tests.integration.test_enqueue_anywhere import _django_connection
+from tests.support import dashboard_tools, redis_tools
+from tests.support.cli_tools import aioqueue_cli, cli_process, free_port
+from tests.support.dashboard_tools import SERVED
+from tests.support.helpers import eventually
+from tests.support.redis_tools import REDIS_URL, check_arrivals, entries
 
 # The shared fixtures these tests use.
 redis_client, prefix, redis_stream = redis_tools.redis_client, redis_tools.prefix, redis_tools.redis_stream
