@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
-from anyio.streams.memory import MemoryObjectSendStream
 
 from ._claims import ClaimKey, Claims
 from ._completer import Completer
@@ -207,24 +206,15 @@ class Producer:
 
     # -- the loop ------------------------------------------------------------------------------
 
-    async def run(
-        self,
-        send: MemoryObjectSendStream[Job],
-        *,
-        burst: bool = False,
-        on_claimed: Callable[[int], None] = lambda n: None,
-    ) -> None:
-        """Claim and hand jobs to ``send`` until stopped (or, in ``burst`` mode, until no job is
-        ready, none is running and every outcome is written). ``on_claimed(n)`` is called after
-        each claim that got ``n`` > 0 jobs, before they are sent."""
+    async def run(self, runners: Callable[[list[Job]], None], *, burst: bool = False) -> None:
+        """Claim jobs and hand each claim's jobs to ``runners`` until stopped (or, in ``burst``
+        mode, until no job is ready, none is running and every outcome is written)."""
 
         def hand_over(jobs: list[Job]) -> None:
             if jobs:
                 for lost in self.claims.take(jobs):
                     self.on_lost(lost)
-                on_claimed(len(jobs))
-                for job in jobs:
-                    send.send_nowait(job)
+                runners(jobs)
 
         try:
             while not self._stopping:

@@ -12,7 +12,6 @@ completer).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import logging
@@ -22,7 +21,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Unpack
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream
 
 from . import _stop_signals as stop_signals
 from ._claims import ClaimKey, Claims
@@ -31,7 +29,6 @@ from ._config import WorkerConfig, WorkerOptions
 from ._errors import ConfigurationError
 from ._executor import Executor
 from ._health import Health
-from ._job import Job
 from ._lease import Heartbeat
 from ._maintenance import Maintenance
 from ._notifier import Notifier
@@ -39,6 +36,7 @@ from ._outcome import Interrupt
 from ._periodic import Scheduler
 from ._producer import Producer
 from ._registry import WorkerRegistry
+from ._runners import Runners
 
 if TYPE_CHECKING:
     from ._app import Queue
@@ -240,74 +238,15 @@ class Worker:
         await service()
 
     async def _work(self, producer: Producer, executor: Executor, completer: Completer, burst: bool) -> None:
-        cfg = self.config
-        send, receive = anyio.create_memory_object_stream[Job](max_buffer_size=cfg.concurrency + cfg.prefetch)
-        async with anyio.create_task_group() as runners:
-            started = 0
-
-            def enough_runners(_claimed: int) -> None:
-                # Runners start as jobs arrive, up to the concurrency: setting up costs nothing
-                # for slots that are never used.
-                nonlocal started
-                while started < min(cfg.concurrency, self.claims.active):
-                    runners.start_soon(self._runner, receive.clone(), executor, completer)
-                    started += 1
-
+        async with anyio.create_task_group() as group:
+            runners = Runners(group, executor, completer, self.claims, self.config.concurrency, lambda: self._stop)
             try:
-                async with send:
-                    await producer.run(send, burst=burst, on_claimed=enough_runners)
-                self._hand_back(receive, completer)
+                await producer.run(runners.hand_over, burst=burst)
             finally:
-                receive.close()
+                runners.give_back()
+                runners.close()
                 self.ready.set()
-            runners.start_soon(self._enforce_grace, executor, runners.cancel_scope)
-
-    def _hand_back(self, receive: MemoryObjectReceiveStream[Job], completer: Completer) -> None:
-        """Give back at once the jobs claimed ahead and not started, even while every runner is
-        busy with a handler that may take its whole grace period."""
-        while True:
-            try:
-                job = receive.receive_nowait()
-            except (anyio.WouldBlock, anyio.EndOfStream):
-                return
-            completer.rescheduled(job, 0.0)
-            self.claims.finished(job)
-
-    async def _runner(
-        self, receive: MemoryObjectReceiveStream[Job], executor: Executor, completer: Completer
-    ) -> None:
-        taken = 0
-        task = asyncio.current_task()  # the one an interruption of this runner's job cancels
-        async with receive:
-            while True:
-                # Take a buffered job without the checkpoint anyio's receive() makes first (a
-                # cost per job), but yield every 32 jobs, before taking one, so that no-op
-                # handlers cannot starve the producer and the completer.
-                if taken % 32 == 31:
-                    await anyio.lowlevel.checkpoint()
-                try:
-                    job = receive.receive_nowait()
-                except anyio.WouldBlock:
-                    try:
-                        job = await receive.receive()
-                    except anyio.EndOfStream:
-                        return
-                except anyio.EndOfStream:
-                    return
-                taken += 1
-                try:
-                    if self._stop:
-                        # Claimed but not started when shutdown began: give it back untouched.
-                        completer.rescheduled(job, 0.0)
-                    else:
-                        await executor.execute(job, task)
-                except Exception:
-                    # Only a bug in aioqueue's own bookkeeping gets here (handlers' errors are
-                    # outcomes): say so loudly and keep the worker's other jobs running. The
-                    # job's lease returns it if no outcome was recorded.
-                    logger.exception("internal error while running job %d attempt %d", job.id, job.attempt)
-                finally:
-                    self.claims.finished(job)
+            group.start_soon(self._enforce_grace, executor, group.cancel_scope)
 
     async def _enforce_grace(self, executor: Executor, runners: anyio.CancelScope) -> None:
         if await self.claims.idle.wait(self.config.grace_period):

@@ -7,6 +7,7 @@ import signal
 
 import anyio
 import asyncpg
+import pytest
 
 import aioqueue
 from tests.support.helpers import eventually, running
@@ -197,3 +198,49 @@ async def test_killed_worker_process_job_is_completed_by_another(dsn: str, db: a
                              what="the reaper to count the job it handed back")
         assert attempts == [2]  # the killed worker's claim was attempt 1
         assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+
+
+@pytest.mark.slow
+async def test_ten_thousand_running_jobs_keep_their_leases(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    # One worker with 10,000 handlers awaiting at once, a 10 s lease: the heartbeat renews
+    # every lease in one statement a beat, and the reaper, running every second all the while,
+    # takes none of them back.
+    n = 10_000
+    started = 0
+    all_in, release = anyio.Event(), anyio.Event()
+
+    @q.task
+    async def waiting(i: int) -> None:
+        nonlocal started
+        started += 1
+        if started == n:
+            all_in.set()
+        with anyio.fail_after(180):
+            await release.wait()
+
+    await waiting.enqueue_many([{"i": i} for i in range(n)])
+    worker = q.worker(concurrency=n, lease=10.0, reap_interval=1.0)
+    overdue_sql = "SELECT count(*) FROM aioqueue.jobs WHERE status = 'running' AND lease_expires_at < now()"
+    async with running(worker, timeout=60):
+        with anyio.fail_after(120):
+            await all_in.wait()
+        assert worker.heartbeat is not None and worker.executor is not None
+        assert len(worker.executor.running) == n
+        beats = worker.heartbeat.beats
+        # Hold every handler across more than a lease length (four beats of lease/3), looking
+        # for a lease run out while its handler still runs.
+        with anyio.fail_after(60):
+            while worker.heartbeat.beats < beats + 4:
+                assert await db.fetchval(overdue_sql) == 0
+                await anyio.sleep(0.5)
+        row = await db.fetchrow(
+            "SELECT count(*) FILTER (WHERE status = 'running') AS running, max(attempts) AS attempts "
+            "FROM aioqueue.jobs"
+        )
+        assert row is not None
+        assert (row["running"], row["attempts"]) == (n, 1)
+        assert len(worker.executor.running) == n  # no handler interrupted for a lost lease
+        release.set()
+        await eventually(lambda: worker.stats.succeeded == n, timeout=120, what="every job to finish")
+    assert worker.stats.claimed == n and worker.stats.interrupted == 0
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0

@@ -1,0 +1,65 @@
+"""The hand-over of claimed jobs to runners: a claim reaches every idle runner, runners idle
+again after one burst take the next, and an idle slot never starts a runner of its own."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+
+import aioqueue
+
+from .helpers import eventually, running
+
+
+async def test_a_claim_reaches_every_idle_runner(q: aioqueue.Queue) -> None:
+    # Each job waits until all of its burst run at once: that happens only if the hand-over
+    # wakes every idle runner, not one runner per claim.
+    n = 200
+    started = {1: 0, 2: 0}
+    together = {1: anyio.Event(), 2: anyio.Event()}
+
+    @q.task
+    async def gather(burst: int) -> None:
+        started[burst] += 1
+        if started[burst] == n:
+            together[burst].set()
+        with anyio.fail_after(20):
+            await together[burst].wait()
+
+    worker = q.worker(concurrency=n, prefetch=0)
+    async with running(worker):
+        await gather.enqueue_many([{"burst": 1}] * n)
+        with anyio.fail_after(20):
+            await together[1].wait()
+        await eventually(lambda: worker.stats.succeeded == n, what="the first burst to finish")
+        # Every runner now waits for work: the second burst must reach all of them again.
+        await gather.enqueue_many([{"burst": 2}] * n)
+        with anyio.fail_after(20):
+            await together[2].wait()
+        await eventually(lambda: worker.stats.succeeded == 2 * n, what="the second burst to finish")
+
+
+async def test_runners_start_only_for_slots_in_use(q: aioqueue.Queue) -> None:
+    started = 0
+    all_in, release = anyio.Event(), anyio.Event()
+
+    @q.task
+    async def hold() -> None:
+        nonlocal started
+        started += 1
+        if started == 3:
+            all_in.set()
+        with anyio.fail_after(20):
+            await release.wait()
+
+    await hold.enqueue_many([{}] * 3)
+    worker = q.worker(concurrency=10_000)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run_until_empty)
+        with anyio.fail_after(20):
+            await all_in.wait()
+        # A runner a job in use and the worker's few services: not a task per slot of 10,000.
+        assert len(asyncio.all_tasks()) < 50
+        release.set()
+    assert worker.stats.succeeded == 3
