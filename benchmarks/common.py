@@ -57,6 +57,10 @@ class Sizes:
     memory_backlog: int
     memory_jobs: int
     outbox_events: int
+    io_jobs: int
+    io_noop_concurrencies: tuple[int, ...]
+    io_sleep_concurrencies: tuple[int, ...]
+    io_busy_slots: int
 
 
 FULL = Sizes(
@@ -76,6 +80,10 @@ FULL = Sizes(
     memory_backlog=1_000_000,
     memory_jobs=50_000,
     outbox_events=100_000,
+    io_jobs=50_000,
+    io_noop_concurrencies=(10, 100, 1000),
+    io_sleep_concurrencies=(100, 1000, 5000),
+    io_busy_slots=10_000,
 )
 
 QUICK = Sizes(
@@ -95,6 +103,10 @@ QUICK = Sizes(
     memory_backlog=100_000,
     memory_jobs=5_000,
     outbox_events=10_000,
+    io_jobs=5_000,
+    io_noop_concurrencies=(10, 1000),
+    io_sleep_concurrencies=(1000,),
+    io_busy_slots=1_000,
 )
 
 #: aioqueue worker settings the drains run with: the defaults; the defaults with claims and
@@ -172,7 +184,7 @@ class Results:
 
 #: Decimals shown per unit, the same everywhere a figure is printed (report, targets,
 #: BENCHMARKS.md): rates as whole jobs, times to the microsecond, ratios to the hundredth.
-_DECIMALS = {"jobs/s": 0, "ms": 3, "MB": 1, "conns": 0, "x": 2}
+_DECIMALS = {"jobs/s": 0, "ms": 3, "MB": 1, "KB": 1, "us": 1, "conns": 0, "x": 2}
 
 
 def figure(value: float, unit: str) -> str:

@@ -12,14 +12,15 @@ from typing import Any, Literal
 
 from common import Result, Results, figure
 
-Comparison = Literal[">=", "<=", "<"]
+Comparison = Literal[">=", "<=", "<", ">"]
 
 _COMPARE: dict[Comparison, Callable[[float, float], bool]] = {
     ">=": operator.ge,
     "<=": operator.le,
     "<": operator.lt,
+    ">": operator.gt,
 }
-_SHOWN: dict[Comparison, str] = {">=": "≥", "<=": "≤", "<": "<"}
+_SHOWN: dict[Comparison, str] = {">=": "≥", "<=": "≤", "<": "<", ">": ">"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +70,19 @@ TARGETS: tuple[Target, ...] = (
            "claim beside a deep history, against an empty one",
            vs_metric="claim 10, empty history: server execution"),
     Target("memory", "aioqueue", "peak RSS, *", "<", 150, "worker memory with a deep backlog"),
+    *(Target("io-bound", "aioqueue", f"no-op, concurrency {c}", ">=", 0.9,
+             f"no-op drain at concurrency {c} against concurrency 10", vs_metric="no-op, concurrency 10")
+      for c in (100, 1000)),
+    Target("io-bound", "aioqueue", "no-op, concurrency 1000: CPU per job", "<=", 1.1,
+           "CPU per no-op job at concurrency 1000 against concurrency 10",
+           vs_metric="no-op, concurrency 10: CPU per job"),
+    Target("io-bound", "aioqueue", "sleep 10 ms, concurrency 1000", ">=", 0.8,
+           "10 ms handlers at concurrency 1000 against the bare loop", vs_system="bare asyncio loop"),
+    Target("io-bound", "aioqueue", "sleep 10 ms, concurrency 1000", ">=", 0.8,
+           "10 ms handlers at concurrency 1000 against the no-op drain at 10", vs_metric="no-op, concurrency 10"),
+    Target("io-bound", "aioqueue", "sleep 10 ms, concurrency 5000", ">", 1.0,
+           "10 ms handlers at concurrency 5000 against 1000", vs_metric="sleep 10 ms, concurrency 1000"),
+    Target("io-bound", "aioqueue", "RSS, * slots busy", "<", 300, "worker memory with every slot busy"),
 )
 
 

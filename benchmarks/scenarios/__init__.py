@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from common import Run
 
-from . import claim, dashboard, drain, drain_states, enqueue, latency, memory, outbox, scaling
+from . import claim, dashboard, drain, drain_states, enqueue, io_bound, latency, memory, outbox, scaling
 
 #: Lines up a scenario's measurements on the run (``run.step``); measures nothing itself.
 Scenario = Callable[[Run], None]
@@ -23,6 +23,7 @@ SCENARIOS: dict[str, Scenario] = {
     "dashboard": dashboard.plan,
     "scaling": scaling.plan,
     "outbox": outbox.plan,
+    "io-bound": io_bound.plan,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]
