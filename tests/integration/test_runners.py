@@ -8,8 +8,7 @@ import asyncio
 import anyio
 
 import aioqueue
-
-from .helpers import eventually, running
+from tests.support.helpers import eventually, running
 
 
 async def test_a_claim_reaches_every_idle_runner(q: aioqueue.Queue) -> None:
