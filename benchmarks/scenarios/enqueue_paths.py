@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
@@ -19,6 +18,7 @@ import psycopg
 from common import TASK, make_queue, migrated
 
 import aioqueue
+from tests.support.django_db import django_connection
 
 #: One measurement: seconds for ``n`` jobs on the database ``dsn``, one per call or in bulk.
 PathMeasure = Callable[[str, int, bool], Awaitable[float]]
@@ -116,34 +116,6 @@ async def psycopg_sync(dsn: str, n: int, bulk: bool) -> float:
     return await anyio.to_thread.run_sync(measure)
 
 
-_django_lock = threading.Lock()
-
-
-def _django_connection(dsn: str) -> Any:
-    """Django's default connection, pointed at ``dsn`` (configured once per process)."""
-    import django
-    from django.conf import settings
-
-    params = psycopg.conninfo.conninfo_to_dict(dsn)
-    database = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": params.get("dbname"),
-        "USER": params.get("user", "postgres"),
-        "PASSWORD": params.get("password", ""),
-        "HOST": params.get("host", "127.0.0.1"),
-        "PORT": str(params.get("port", "5432")),
-    }
-    with _django_lock:
-        if not settings.configured:
-            settings.configure(DATABASES={"default": database}, INSTALLED_APPS=[], USE_TZ=True)
-            django.setup()
-    from django.db import connection, connections
-
-    connection.close()
-    connections.settings["default"].update(database)
-    return connection
-
-
 async def django_atomic(dsn: str, n: int, bulk: bool) -> float:
     await migrated(dsn)
     _, task = make_queue(dsn)
@@ -151,7 +123,7 @@ async def django_atomic(dsn: str, n: int, bulk: bool) -> float:
     def measure() -> float:
         from django.db import transaction
 
-        connection = _django_connection(dsn)
+        connection = django_connection(dsn)
         try:
             with transaction.atomic():
                 task.options(conn=connection).enqueue_sync(i=-1)

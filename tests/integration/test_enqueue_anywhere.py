@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
 import aioqueue
+from tests.support.django_db import django_connection
 
 RUN_AT = datetime.datetime(2031, 5, 1, 12, tzinfo=datetime.UTC)
 COLUMNS = "queue, task, args::text, status, priority, run_at, attempts, max_attempts, dedup_key, archive, last_error"
@@ -93,33 +93,6 @@ async def _recorded(db: asyncpg.Connection, queues: dict[str, str]) -> None:
 
 
 # -- Django: configured once per process, pointed at the test's database per test ------------
-
-_django_lock = threading.Lock()
-
-
-def _django_connection(dsn: str) -> Any:
-    """Django's default connection, on the test's database (call in a thread with no loop)."""
-    import django
-    from django.conf import settings
-
-    params = psycopg.conninfo.conninfo_to_dict(dsn)
-    database = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": params.get("dbname"),
-        "USER": params.get("user", "postgres"),
-        "PASSWORD": params.get("password", ""),
-        "HOST": params.get("host", "127.0.0.1"),
-        "PORT": str(params.get("port", "5432")),
-    }
-    with _django_lock:
-        if not settings.configured:
-            settings.configure(DATABASES={"default": database}, INSTALLED_APPS=[], USE_TZ=True)
-            django.setup()
-    from django.db import connection, connections
-
-    connection.close()
-    connections.settings["default"].update(database)
-    return connection
 
 
 @pytest.fixture
@@ -255,7 +228,7 @@ def test_psycopg_sync_commit_and_rollback(q: aioqueue.Queue, dsn: str) -> None:
 def test_django_atomic_commit_and_rollback(q: aioqueue.Queue, django_db: str) -> None:
     from django.db import models, transaction
 
-    connection = _django_connection(django_db)
+    connection = django_connection(django_db)
     charge = _register(q)
 
     class Order(models.Model):
@@ -391,7 +364,7 @@ async def test_by_name_without_a_queue_reaches_a_worker_of_the_task_from_every_w
         def django(n: int) -> None:
             from django.db import transaction
 
-            connection = _django_connection(django_db)
+            connection = django_connection(django_db)
             try:
                 with transaction.atomic():
                     try:
@@ -714,7 +687,7 @@ async def test_every_path_writes_the_same_row_and_notification(
             charge.options(conn=conn, **opts).enqueue_sync(**args)
         from django.db import transaction
 
-        connection = _django_connection(django_db)
+        connection = django_connection(django_db)
         with transaction.atomic():
             q.by_name("billing.charge").options(conn=connection, **opts).enqueue_sync(**args)
         connection.close()
@@ -844,7 +817,7 @@ async def test_a_job_for_a_queue_of_another_database_is_refused_on_every_kind_of
                 sync_charge.options(conn=conn).enqueue_many_sync([{"amount": 1}])
         from django.db import transaction
 
-        connection = _django_connection(django_db)
+        connection = django_connection(django_db)
         with transaction.atomic(), expect_refusal():
             sync_heavy.by_name("billing.charge").options(conn=connection).enqueue_sync(amount=1)
         connection.close()
@@ -900,7 +873,7 @@ async def test_the_queues_own_database_is_accepted_and_asked_about_once(
             charge.options(conn=conn).enqueue_sync(amount=1)
         from django.db import transaction
 
-        connection = _django_connection(django_db)
+        connection = django_connection(django_db)
         with transaction.atomic():
             charge.options(conn=connection).enqueue_many_sync([{"amount": 1}])
         connection.close()
@@ -968,28 +941,14 @@ async def test_a_server_restart_between_two_enqueues_is_no_reason_to_refuse() ->
 async def test_fastapi_sqlalchemy_example_commits_order_and_job_together(
     dsn: str, db: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import httpx
-
-    from tests.support.helpers import eventually
-
-    from .test_integrations import asgi_lifespan, assert_one_job_ever, load_example
+    from tests.support.examples import load_example, order_then_refusal, served
 
     example = load_example("fastapi_sqlalchemy", dsn, monkeypatch)
-    transport = httpx.ASGITransport(app=example.app)
-    async with asgi_lifespan(example.app), httpx.AsyncClient(transport=transport, base_url="http://t") as http:
-        created = await http.post("/orders", json={"item": "widget", "quantity": 3})
-        assert created.status_code == 201, created.text
-        order_id = created.json()["order_id"]
-
-        async def confirmed() -> bool:
-            return bool((await http.get(f"/orders/{order_id}")).json()["confirmed"])
-
-        await eventually(confirmed, what="the worker to confirm the order")
-        refused = await http.post("/orders", json={"item": "widget", "quantity": 1000})
-        assert refused.status_code == 409, refused.text
-        assert await db.fetchval("SELECT count(*) FROM sa_orders") == 1
-        assert await db.fetchval("SELECT available FROM sa_stock") == 97
-        await assert_one_job_ever(db)
+    async with served(example.app) as http:
+        await order_then_refusal(
+            http, db, confirmed=lambda order: bool(order["confirmed"]), orders="SELECT count(*) FROM sa_orders",
+            available="SELECT available FROM sa_stock", what="the worker to confirm the order",
+        )
 
 
 async def test_django_example_runs(dsn: str) -> None:
@@ -997,7 +956,7 @@ async def test_django_example_runs(dsn: str) -> None:
     import subprocess
     import sys
 
-    from .test_integrations import EXAMPLES
+    from tests.support.examples import EXAMPLES
 
     script = EXAMPLES / "django_app.py"
     done = await anyio.run_process(

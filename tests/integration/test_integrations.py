@@ -3,18 +3,10 @@ lifespan on, against PostgreSQL; and the background worker's startup and shutdow
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import itertools
 import time
-from collections.abc import AsyncIterator, MutableMapping
-from pathlib import Path
-from types import ModuleType
-from typing import Any
 
 import anyio
 import asyncpg
-import httpx
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -22,57 +14,8 @@ import aioqueue
 from aioqueue.integrations import BackgroundWorker
 from aioqueue.integrations import aiohttp as aioqueue_aiohttp
 from aioqueue.integrations.fastapi import lifespan
+from tests.support.examples import asgi_lifespan, assert_one_job_ever, load_example, order_then_refusal, served
 from tests.support.helpers import eventually
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-_loaded = itertools.count()
-
-Message = MutableMapping[str, Any]
-
-
-def load_example(name: str, dsn: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """Import ``examples/<name>.py`` afresh (its own Queue and tasks), pointed at ``dsn``."""
-    monkeypatch.setenv("AIOQUEUE_DSN", dsn)
-    spec = importlib.util.spec_from_file_location(f"example_{name}_{next(_loaded)}", EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@contextlib.asynccontextmanager
-async def asgi_lifespan(app: Any, timeout: float = 20.0) -> AsyncIterator[None]:
-    """Drive the ASGI lifespan protocol, as a server does: startup, then shutdown on exit."""
-    to_app, app_receives = anyio.create_memory_object_stream[Message](4)
-    app_sends, from_app = anyio.create_memory_object_stream[Message](4)
-    async with to_app, app_receives, app_sends, from_app, anyio.create_task_group() as tg:
-        scope: MutableMapping[str, Any] = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
-        tg.start_soon(app, scope, app_receives.receive, app_sends.send)
-        with anyio.fail_after(timeout):
-            await to_app.send({"type": "lifespan.startup"})
-            message = await from_app.receive()
-        assert message["type"] == "lifespan.startup.complete", message
-        try:
-            yield
-        finally:
-            with anyio.fail_after(timeout):
-                await to_app.send({"type": "lifespan.shutdown"})
-                message = await from_app.receive()
-            assert message["type"] == "lifespan.shutdown.complete", message
-
-
-async def assert_one_job_ever(db: asyncpg.Connection) -> None:
-    """Check that the first order's job was the only one: the refused request left none.
-
-    Once the table is empty, a job of the refused request would have to have succeeded (and
-    been counted in queue_stats) or still be there (pending, running or dead).
-    """
-
-    async def empty() -> bool:
-        return bool(await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0)
-
-    await eventually(empty, what="the completer to delete the finished job")
-    assert await db.fetchval("SELECT sum(succeeded) FROM aioqueue.queue_stats") == 1
 
 
 def _waited_for_a_cpu() -> float:
@@ -97,24 +40,12 @@ async def test_fastapi_order_and_job_commit_together(
     dsn: str, db: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     example = load_example("fastapi_app", dsn, monkeypatch)
-    transport = httpx.ASGITransport(app=example.app)
-    async with asgi_lifespan(example.app), httpx.AsyncClient(transport=transport, base_url="http://t") as http:
-        created = await http.post("/orders", json={"item": "widget", "quantity": 3})
-        assert created.status_code == 201, created.text
-        order_id = created.json()["order_id"]
-
-        async def confirmed() -> bool:
-            order = (await http.get(f"/orders/{order_id}")).json()
-            return order["confirmed_at"] is not None
-
-        await eventually(confirmed, what="the background worker to confirm the order")
-
-        # The stock update fails its CHECK after the job was enqueued: nothing is left.
-        refused = await http.post("/orders", json={"item": "widget", "quantity": 1000})
-        assert refused.status_code == 409, refused.text
-        assert await db.fetchval("SELECT count(*) FROM orders") == 1
-        assert await db.fetchval("SELECT available FROM stock WHERE item = 'widget'") == 97
-        await assert_one_job_ever(db)
+    async with served(example.app) as http:
+        await order_then_refusal(
+            http, db, confirmed=lambda order: order["confirmed_at"] is not None,
+            orders="SELECT count(*) FROM orders", available="SELECT available FROM stock WHERE item = 'widget'",
+            what="the background worker to confirm the order",
+        )
     # Shutdown closed the pool the lifespan opened.
     with pytest.raises(aioqueue.AioqueueError):
         _ = example.queue.pool

@@ -19,7 +19,7 @@ from anyio.abc import Process
 
 import aioqueue
 from tests.support.cli_tools import app_task, cli_env
-from tests.support.helpers import eventually
+from tests.support.helpers import eventually, terminated_after
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
@@ -37,14 +37,8 @@ async def _skewed_worker(dsn: str, cwd: Path, offset: str, *args: str) -> AsyncI
     process = await anyio.open_process(
         command, env=_skewed_env(dsn, offset), cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    async with process:
-        try:
-            yield process
-        finally:
-            if process.returncode is None:
-                process.terminate()
-                with anyio.fail_after(20):
-                    await process.wait()
+    async with terminated_after(process):
+        yield process
 
 
 async def test_the_skew_is_real(dsn: str) -> None:

@@ -203,7 +203,7 @@ async def test_result_wakes_at_once_for_dead_and_cancelled_jobs(
 
 
 async def test_three_worker_processes_keep_two_limited_slots_busy(dsn: str, db: asyncpg.Connection) -> None:
-    from tests.support.worker import SPANS_TABLE, command
+    from tests.support.worker import SPANS_TABLE, worker_processes
 
     await db.execute(SPANS_TABLE)
     q = aioqueue.Queue(dsn)
@@ -213,21 +213,10 @@ async def test_three_worker_processes_keep_two_limited_slots_busy(dsn: str, db: 
 
     async with q:
         await q.set_limits("lim", concurrency=2)
-        processes = [
-            await anyio.open_process(command("limited", dsn, 0.2)) for _ in range(3)
-        ]
-        try:
-            await eventually(lambda: db.fetchval(
-                "SELECT count(*) = 3 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'"
-            ), timeout=20, what="three listening workers")
+        async with worker_processes(db, 3, "limited", dsn, 0.2):
             await limited.enqueue_many([{}] * 30)
             await eventually(lambda: db.fetchval("SELECT count(*) = 30 FROM spans"), timeout=30,
                              what="30 limited jobs across three processes")
-        finally:
-            for p in processes:
-                p.terminate()
-            for p in processes:
-                await p.wait()
     took = await db.fetchval("SELECT extract(epoch FROM max(ended) - min(started))::float8 FROM spans")
     # 30 jobs of 0.2 s through 2 slots: 3 s when a freed slot is taken at once (~15 s by polls).
     assert took < 6.0, took

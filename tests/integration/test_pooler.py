@@ -13,7 +13,7 @@ import pytest
 
 import aioqueue
 from tests.support.cli_tools import aioqueue_cli, cli_process
-from tests.support.helpers import eventually, running
+from tests.support.helpers import eventually, reclaimed, running
 from tests.support.pg import server
 from tests.support.pooler_tools import pgbouncer, via
 
@@ -173,8 +173,6 @@ async def test_a_bulk_enqueue_of_several_statements_is_one_transaction_through_t
 
 async def test_completion_stays_fenced_through_the_pooler(pooled_dsn: str, db: asyncpg.Connection) -> None:
     from aioqueue._completer import Completer
-    from aioqueue._config import WorkerConfig
-    from aioqueue._producer import Producer
 
     async with aioqueue.Queue(pooled_dsn) as q:
 
@@ -183,12 +181,7 @@ async def test_completion_stays_fenced_through_the_pooler(pooled_dsn: str, db: a
             pass
 
         await noop.enqueue()
-        first = Producer(q.database, WorkerConfig(name="first", lease=60), queues=["default"])
-        second = Producer(q.database, WorkerConfig(name="second", lease=60), queues=["default"])
-        [stale] = await first.claim(1)
-        await db.execute("UPDATE aioqueue.jobs SET lease_expires_at = now() - interval '1 second'")
-        assert await q.reap() == 1
-        [fresh] = await second.claim(1)
+        stale, fresh = await reclaimed(q, db)
         late = Completer(q.database)
         late.succeeded(stale, None)
         await late.flush()

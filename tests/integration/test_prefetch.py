@@ -12,7 +12,7 @@ from tests.support.helpers import eventually
 
 
 async def test_two_worker_processes_share_one_second_jobs(dsn: str, db: asyncpg.Connection) -> None:
-    from tests.support.worker import NAPS_TABLE, command
+    from tests.support.worker import NAPS_TABLE, worker_processes
 
     await db.execute(NAPS_TABLE)
     q = aioqueue.Queue(dsn)
@@ -20,22 +20,10 @@ async def test_two_worker_processes_share_one_second_jobs(dsn: str, db: asyncpg.
     @q.task(name="nap", queue="naps")
     async def nap() -> None: ...
 
-    async with q:
-        processes = [
-            await anyio.open_process(command("nap", dsn, 1.0)) for _ in range(2)
-        ]
-        try:
-            await eventually(lambda: db.fetchval(
-                "SELECT count(*) = 2 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'"
-            ), timeout=20, what="two listening workers")
-            await nap.enqueue_many([{}] * 10)
-            await eventually(lambda: db.fetchval("SELECT count(*) = 10 FROM naps"), timeout=30,
-                             what="10 one-second jobs across two processes")
-        finally:
-            for p in processes:
-                p.terminate()
-            for p in processes:
-                await p.wait()
+    async with q, worker_processes(db, 2, "nap", dsn, 1.0):
+        await nap.enqueue_many([{}] * 10)
+        await eventually(lambda: db.fetchval("SELECT count(*) = 10 FROM naps"), timeout=30,
+                         what="10 one-second jobs across two processes")
     per_process = [r["n"] for r in await db.fetch("SELECT count(*) AS n FROM naps GROUP BY pid")]
     took = await db.fetchval("SELECT extract(epoch FROM max(ended) - min(started))::float8 FROM naps")
     assert sorted(per_process) == [5, 5]  # neither worker hoarded the other's share

@@ -25,7 +25,7 @@ import pytest
 import aioqueue
 from aioqueue import _migrate as migrate
 from aioqueue._queries import for_schema
-from tests.support.helpers import eventually, running
+from tests.support.helpers import eventually, running, terminated_after
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,14 +90,8 @@ def _old_release(version: int, into: Path) -> Path:
 async def _old_worker(dsn: str, code: Path) -> AsyncIterator[anyio.abc.Process]:
     env = {"DSN": dsn, "OLD_CODE": str(code), "PATH": "/usr/bin:/bin"}
     process = await anyio.open_process([sys.executable, "-c", OLD_WORKER], env=env, stdout=None, stderr=None)
-    async with process:
-        try:
-            yield process
-        finally:
-            if process.returncode is None:
-                process.terminate()
-                with anyio.fail_after(30):
-                    await process.wait()
+    async with terminated_after(process, 30):
+        yield process
 
 
 async def _apply(db: asyncpg.Connection, version: int) -> None:

@@ -14,7 +14,7 @@ import aioqueue
 from aioqueue._completer import Completer
 from aioqueue._config import WorkerConfig
 from aioqueue._producer import Producer
-from tests.support.helpers import eventually, running
+from tests.support.helpers import eventually, reclaimed, running
 
 
 async def test_claims_by_priority_then_run_at_then_id(q: aioqueue.Queue) -> None:
@@ -321,13 +321,7 @@ async def test_finishing_writes_are_fenced_by_the_claim(q: aioqueue.Queue, db: a
         pass
 
     await noop.enqueue()
-    first = Producer(q.database, WorkerConfig(name="first", lease=60), queues=["default"])
-    second = Producer(q.database, WorkerConfig(name="second", lease=60), queues=["default"])
-    [stale] = await first.claim(1)
-    # The first worker stalls; its lease runs out and the reaper hands the job to the second.
-    await db.execute("UPDATE aioqueue.jobs SET lease_expires_at = now() - interval '1 second'")
-    assert await q.reap() == 1
-    [fresh] = await second.claim(1)
+    stale, fresh = await reclaimed(q, db)
     assert (stale.id, stale.attempt, fresh.attempt) == (fresh.id, 1, 2)
 
     late = Completer(q.database)

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import anyio
+import anyio.abc
 import asyncpg
 
 import aioqueue
@@ -76,3 +77,33 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await anyio.sleep(interval)
+
+
+@contextlib.asynccontextmanager
+async def terminated_after(process: anyio.abc.Process, timeout: float = 20.0) -> AsyncIterator[anyio.abc.Process]:
+    """Yield ``process`` to the body; then terminate it if it still runs, and wait (at most
+    ``timeout`` seconds) for it to exit."""
+    async with process:
+        try:
+            yield process
+        finally:
+            if process.returncode is None:
+                process.terminate()
+                with anyio.fail_after(timeout):
+                    await process.wait()
+
+
+async def reclaimed(q: aioqueue.Queue, db: asyncpg.Connection) -> tuple[aioqueue.Job, aioqueue.Job]:
+    """Claim the queue's one pending job as worker ``first``, let its lease run out, reap it and
+    claim it again as ``second``: return the stale claim and the fresh one."""
+    from aioqueue._config import WorkerConfig
+    from aioqueue._producer import Producer
+
+    first = Producer(q.database, WorkerConfig(name="first", lease=60), queues=["default"])
+    second = Producer(q.database, WorkerConfig(name="second", lease=60), queues=["default"])
+    [stale] = await first.claim(1)
+    # The first worker stalls; its lease runs out and the reaper hands the job to the second.
+    await db.execute("UPDATE aioqueue.jobs SET lease_expires_at = now() - interval '1 second'")
+    assert await q.reap() == 1
+    [fresh] = await second.claim(1)
+    return stale, fresh

@@ -18,16 +18,19 @@ task it runs, its arguments and its worker's settings:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import anyio
+import asyncpg
 
 import aioqueue
+from tests.support.helpers import eventually
 
 SPANS_TABLE = "CREATE TABLE spans (job_id bigint, started timestamptz, ended timestamptz)"
 NAPS_TABLE = "CREATE TABLE naps (job_id bigint, pid int, started timestamptz, ended timestamptz)"
@@ -130,6 +133,26 @@ def command(kind: str, *args: object) -> list[str]:
     """The command line that runs a worker of ``kind`` with ``args`` (the DSN first)."""
     assert kind in KINDS, kind
     return [sys.executable, "-m", "tests.support.worker", kind, *map(str, args)]
+
+
+@contextlib.asynccontextmanager
+async def worker_processes(
+    db: asyncpg.Connection, count: int, kind: str, dsn: str, *args: object
+) -> AsyncIterator[None]:
+    """Run ``count`` worker processes of ``kind`` on ``db``'s database for the body, from when
+    every one listens (so none misses the body's first enqueue); terminate them after it."""
+    processes = [await anyio.open_process(command(kind, dsn, *args)) for _ in range(count)]
+    try:
+        listening = (
+            "SELECT count(*) = $1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+        )
+        await eventually(lambda: db.fetchval(listening, count), timeout=20, what=f"{count} listening workers")
+        yield
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            await process.wait()
 
 
 if __name__ == "__main__":
