@@ -5,7 +5,7 @@ header line naming the PostgreSQL in use. Where a new test goes: ``tests/README.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -86,3 +86,15 @@ async def app_dir(tmp_path: Path, db: asyncpg.Connection) -> Path:
     (tmp_path / "cli_app.py").write_text(APP)
     await db.execute("CREATE TABLE seen (n int, pid int); CREATE TABLE begun (n int)")
     return tmp_path
+
+
+@pytest.fixture
+def django_db(dsn: str) -> Iterator[str]:
+    """The test's database, for Django (``tests.support.django_db.django_connection``): Django's
+    connection is closed after the test."""
+    yield dsn
+    from django.conf import settings
+    from django.db import connection
+
+    if settings.configured:  # not when the test failed before it used Django
+        connection.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -95,14 +95,6 @@ async def _recorded(db: asyncpg.Connection, queues: dict[str, str]) -> None:
 # -- Django: configured once per process, pointed at the test's database per test ------------
 
 
-@pytest.fixture
-def django_db(dsn: str) -> Iterator[str]:
-    yield dsn
-    from django.conf import settings
-    from django.db import connection
-
-    if settings.configured:  # not when the test failed before it used Django
-        connection.close()
 
 
 # -- 1. SQLAlchemy ----------------------------------------------------------------------------

@@ -80,10 +80,16 @@ async def test_one_worker_keeps_a_limited_queue_busy_and_run_until_empty_drains_
 
 async def test_a_rate_limited_queue_claims_again_when_its_window_allows(q: aioqueue.Queue) -> None:
     starts: list[float] = []
+    claimed: list[float] = []  # the claims' times in the queue's clock, where the limit holds
 
     @q.task(queue="rated")
     async def tick() -> None:
         starts.append(time.monotonic())
+        async with q.connection() as conn:
+            claimed.append(await conn.fetchval(
+                "SELECT extract(epoch FROM locked_at)::float8 FROM aioqueue.jobs WHERE id = $1",
+                aioqueue.current_job().id,
+            ))
 
     await q.set_limits("rated", rate=(2, 0.5))
     await tick.enqueue_many([{}] * 6)
@@ -92,9 +98,11 @@ async def test_a_rate_limited_queue_claims_again_when_its_window_allows(q: aioqu
     assert stats.succeeded == 6
     # Three windows of 0.5 s: about 1 s in all; waiting for polls would take 10 s.
     assert starts[-1] - began < 2.5, starts[-1] - began
-    starts.sort()
+    # Never more than 2 claims in a window. Counted at the claims, not at the handlers' starts:
+    # on a busy machine a handler can start late after its claim, and the next window's early.
+    claimed.sort()
     for i in range(2, 6):
-        assert starts[i] - starts[i - 2] >= 0.45, starts  # never more than 2 in a window
+        assert claimed[i] - claimed[i - 2] >= 0.45, claimed
 
 
 async def test_paused_queue_jobs_are_not_ready_for_run_until_empty(q: aioqueue.Queue) -> None:

@@ -26,17 +26,15 @@ from aioqueue.dashboard import create_app
 from aioqueue.metrics import PrometheusMetrics
 from aioqueue.streams import Event, Stream, open_stream
 from aioqueue.streams.redis import RedisStream
-from tests.integration import test_enqueue_anywhere
-from tests.integration.test_enqueue_anywhere import _django_connection
 from tests.support import dashboard_tools, redis_tools
 from tests.support.cli_tools import aioqueue_cli, cli_process, free_port
 from tests.support.dashboard_tools import SERVED
+from tests.support.django_db import django_connection
 from tests.support.helpers import eventually
 from tests.support.redis_tools import REDIS_URL, check_arrivals, entries
 
 # The shared fixtures these tests use.
 redis_client, prefix, redis_stream = redis_tools.redis_client, redis_tools.prefix, redis_tools.redis_stream
-django_db = test_enqueue_anywhere.django_db
 
 
 class Declined(Exception):
@@ -131,7 +129,7 @@ def test_sync_ways_in_commit_with_the_caller_and_roll_back_with_it(q: aioqueue.Q
         _rolled_back_sync(psycopg_then_fail)
     from django.db import transaction
 
-    connection = _django_connection(django_db)
+    connection = django_connection(django_db)
     with transaction.atomic():
         second = q.publish_many_sync("orders", [("o1", {"via": "django"}), ("o2", 2)], conn=connection)
 

@@ -1,6 +1,7 @@
 """Django's default database connection pointed at a given DSN: Django is configured once per
 process (its settings cannot change after), and each caller's DSN replaces the connection's
-settings. Shared by the tests of enqueue through Django and the benchmark's Django path."""
+settings. Shared by the tests of enqueue and publish through Django and the benchmark's Django
+path (the tests' ``django_db`` fixture is in ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,4 @@ def django_connection(dsn: str) -> Any:
     connection.close()
     connections.settings["default"].update(database)
     return connection
+
