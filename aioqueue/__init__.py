@@ -9,6 +9,7 @@ from ._errors import (
     AioqueueError,
     ConfigurationError,
     ConnectError,
+    DependencyError,
     JobArgumentsError,
     JobCancelled,
     JobFailed,
@@ -23,12 +24,14 @@ from ._errors import (
     WrongDatabaseError,
 )
 from ._job import Job, JobInfo, JobRef, current_job
+from ._links import Call, Dependency
 from ._payload import UndecodableValue
 from ._relay import Relay, RelayStats
 from ._retry import Backoff
 from ._task import Enqueuer, NamedTask, Task
 from ._version import __version__
 from ._worker import Worker, WorkerStats
+from ._workflows import Group, GroupCounts, Upstream, Workflow, chain, chord, group
 from .integrations.background import BackgroundWorker
 
 __all__ = [
@@ -36,9 +39,14 @@ __all__ = [
     "AioqueueError",
     "BackgroundWorker",
     "Backoff",
+    "Call",
     "ConfigurationError",
     "ConnectError",
+    "Dependency",
+    "DependencyError",
     "Enqueuer",
+    "Group",
+    "GroupCounts",
     "Job",
     "JobArgumentsError",
     "JobCancelled",
@@ -59,11 +67,16 @@ __all__ = [
     "Snooze",
     "Task",
     "UndecodableValue",
+    "Upstream",
     "Worker",
     "WorkerConfig",
     "WorkerOptions",
     "WorkerStats",
+    "Workflow",
     "WrongDatabaseError",
     "__version__",
+    "chain",
+    "chord",
     "current_job",
+    "group",
 ]

@@ -30,6 +30,7 @@ from ._queries import Queries
 from ._retry import Backoff
 from ._task import NamedTask, Task, check_argument_names, check_name
 from ._worker import Worker
+from ._workflows import Workflows
 
 if TYPE_CHECKING:
     from .hooks import EnqueueHook
@@ -51,7 +52,7 @@ def _json_object(task: str, args: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(args)
 
 
-class Queue(Operations, Publishing):
+class Queue(Operations, Publishing, Workflows):
     """A job queue in one PostgreSQL schema.
 
     Give it a DSN (it opens and owns a pool) or an asyncpg pool of yours. ``async with queue``

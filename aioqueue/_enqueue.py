@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import _database_identity as database_identity
@@ -19,6 +20,7 @@ from . import _payload as payload
 from ._connections import SCHEMA_SQLSTATES, SYNC_WRITERS, AsyncpgWriter, Writer, sqlstate_of
 from ._errors import ConfigurationError, NotRegisteredError, SchemaNotReadyError
 from ._job import Connection
+from ._links import Links, refused
 from ._statements import Bound, NewJobs
 
 if TYPE_CHECKING:
@@ -46,6 +48,8 @@ class EnqueueOptions:
     delay: float = 0.0
     run_at: datetime.datetime | None = None
     key: str | None = None
+    links: Links | None = None
+    """The jobs it waits for and the group it joins (workflows), or None."""
 
 
 def new_jobs(task: JobSource, opts: EnqueueOptions) -> NewJobs:
@@ -58,7 +62,8 @@ def new_jobs(task: JobSource, opts: EnqueueOptions) -> NewJobs:
 
 def one_job(db: Database, task: JobSource, opts: EnqueueOptions, args: str) -> Bound:
     """The ``enqueue`` statement for one job with the JSON arguments ``args``."""
-    return db.statements.enqueue_one(jobs=new_jobs(task, opts), args=args, key=opts.key)
+    group = None if opts.links is None else opts.links.group
+    return db.statements.enqueue_one(jobs=new_jobs(task, opts), args=args, key=opts.key, group=group)
 
 
 #: Jobs per statement in a bulk call. A batch goes as statements of at most this many jobs,
@@ -107,8 +112,9 @@ class Batch:
         PostgreSQL delivers once per transaction."""
         sent: list[list[str | None]] | list[None] = self.sent if self.sent is not None else [None] * len(self.arrays)
         jobs = new_jobs(task, opts)
+        group = None if opts.links is None else opts.links.group
         return [
-            db.statements.enqueue_batch(jobs=jobs, args=array, keys=keys)
+            db.statements.enqueue_batch(jobs=jobs, args=array, keys=keys, group=group)
             for array, keys in zip(self.arrays, sent, strict=True)
         ]
 
@@ -143,16 +149,44 @@ def _schema_error(db: Database, exc: Exception) -> SchemaNotReadyError | None:
     return None
 
 
+#: The statement that links the jobs an enqueue wrote into a workflow, from the enqueue's rows
+#: (None: no links).
+Then = Callable[[list[Any]], Bound] | None
+
+
 async def rows_of(
-    db: Database, task: JobSource, writer: Writer | Connection | None, statements: list[Bound]
+    db: Database, task: JobSource, writer: Writer | Connection | None, statements: list[Bound], then: Then = None
 ) -> list[Any]:
     """Run an enqueue statement once per parameter tuple, on the caller's connection or a pooled
     one, all or none; return the rows of all. On asyncpg the runs are pipelined (one implicit
     transaction when no transaction is open); elsewhere they follow one another in the caller's
-    transaction. A caller's connection to another database than the Queue's is refused first."""
+    transaction. A caller's connection to another database than the Queue's is refused first.
+    ``then``: the workflow statement to run next from the rows, in the same transaction."""
+    try:
+        return await _linked_rows_of(db, task, writer, statements, then)
+    except Exception as exc:
+        error = refused(task.name, exc)
+        if error is None:
+            raise
+        raise error from None
+
+
+async def _run_linked(conn: Connection, statements: list[Bound], then: Then) -> list[Any]:
+    if then is None:
+        return await _fetch_all(conn, statements)
+    async with conn.transaction():
+        rows = await _fetch_all(conn, statements)
+        link = then(rows)
+        await conn.fetch(link.sql, *link.args)
+        return rows
+
+
+async def _linked_rows_of(
+    db: Database, task: JobSource, writer: Writer | Connection | None, statements: list[Bound], then: Then
+) -> list[Any]:
     if writer is None or not isinstance(writer, Writer):
         async with db.connection(writer) as c:
-            return await _fetch_all(c, statements)
+            return await _run_linked(c, statements, then)
     if isinstance(writer, SYNC_WRITERS):
         raise ConfigurationError(
             f"conn is a sync connection ({type(writer.conn).__name__}): use enqueue_sync()/enqueue_many_sync()"
@@ -160,9 +194,13 @@ async def rows_of(
     await database_identity.check(db, writer, task.name)
     if isinstance(writer, AsyncpgWriter):
         async with db.connection(writer.check()) as c:
-            return await _fetch_all(c, statements)
+            return await _run_linked(c, statements, then)
     try:
-        return [row for b in statements for row in await writer.rows(b.sql, b.args)]
+        rows = [row for b in statements for row in await writer.rows(b.sql, b.args)]
+        if then is not None:
+            link = then(rows)
+            await writer.rows(link.sql, link.args)
+        return rows
     except Exception as exc:
         missing = _schema_error(db, exc)
         if missing is None:
@@ -177,7 +215,9 @@ async def _fetch_all(conn: Connection, statements: list[Bound]) -> list[Any]:
     return await conn.fetchmany(statements[0].sql, [b.args for b in statements])
 
 
-def rows_of_sync(db: Database, task: JobSource, writer: Writer | None, statements: list[Bound]) -> list[Any]:
+def rows_of_sync(
+    db: Database, task: JobSource, writer: Writer | None, statements: list[Bound], then: Then = None
+) -> list[Any]:
     """:func:`rows_of` on a sync connection."""
     if not isinstance(writer, SYNC_WRITERS):
         what = "no conn" if writer is None else f"the async connection {type(writer.conn).__name__}"
@@ -187,12 +227,16 @@ def rows_of_sync(db: Database, task: JobSource, writer: Writer | None, statement
         )
     database_identity.check_sync(db, writer, task.name)
     try:
-        return [row for b in statements for row in writer.rows(b.sql, b.args)]
+        rows = [row for b in statements for row in writer.rows(b.sql, b.args)]
+        if then is not None:
+            link = then(rows)
+            writer.rows(link.sql, link.args)
+        return rows
     except Exception as exc:
-        missing = _schema_error(db, exc)
-        if missing is None:
+        error = refused(task.name, exc) or _schema_error(db, exc)
+        if error is None:
             raise
-        raise missing from exc
+        raise error from exc
 
 
 def _written(db: Database, task: JobSource, opts: EnqueueOptions, rows: list[Any]) -> list[Any]:
@@ -210,8 +254,22 @@ async def insert_one(
     db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | Connection | None
 ) -> int:
     """Write one job and its NOTIFY; return its id (the live job's, when its dedup key is taken)."""
-    rows = await rows_of(db, task, conn, [one_job(db, task, opts, args)])
+    rows = await rows_of(db, task, conn, [one_job(db, task, opts, args)], _then_one(db, task, opts))
     return int(_written(db, task, opts, rows)[0][0])
+
+
+def _then_one(db: Database, task: JobSource, opts: EnqueueOptions) -> Then:
+    links = opts.links
+    if links is None:
+        return None
+    return lambda rows: links.bound(db, [int(_written(db, task, opts, rows)[0][0])])
+
+
+def _then_many(db: Database, task: JobSource, opts: EnqueueOptions, batch: Batch) -> Then:
+    links = opts.links
+    if links is None:
+        return None
+    return lambda rows: links.bound(db, batch.ids(_written(db, task, opts, rows)))
 
 
 async def insert_many(
@@ -219,13 +277,13 @@ async def insert_many(
 ) -> list[int]:
     """Write a bulk call's jobs of one task, all or none, with one NOTIFY (see :data:`CHUNK`);
     return their ids in the order of the call's items."""
-    rows = await rows_of(db, task, conn, batch.statements(db, task, opts))
+    rows = await rows_of(db, task, conn, batch.statements(db, task, opts), _then_many(db, task, opts, batch))
     return batch.ids(_written(db, task, opts, rows))
 
 
 def insert_one_sync(db: Database, task: JobSource, opts: EnqueueOptions, args: str, conn: Writer | None) -> int:
     """:func:`insert_one` on a sync connection (psycopg or Django), with no event loop."""
-    rows = rows_of_sync(db, task, conn, [one_job(db, task, opts, args)])
+    rows = rows_of_sync(db, task, conn, [one_job(db, task, opts, args)], _then_one(db, task, opts))
     return int(_written(db, task, opts, rows)[0][0])
 
 
@@ -233,5 +291,5 @@ def insert_many_sync(
     db: Database, task: JobSource, opts: EnqueueOptions, batch: Batch, conn: Writer | None
 ) -> list[int]:
     """:func:`insert_many` on a sync connection (psycopg or Django), with no event loop."""
-    rows = rows_of_sync(db, task, conn, batch.statements(db, task, opts))
+    rows = rows_of_sync(db, task, conn, batch.statements(db, task, opts), _then_many(db, task, opts, batch))
     return batch.ids(_written(db, task, opts, rows))

@@ -27,6 +27,12 @@ class WrongDatabaseError(ConfigurationError):
     databases."""
 
 
+class DependencyError(ConfigurationError):
+    """A workflow link refused at enqueue: a dependency that does not exist, is gone, is dead or
+    cancelled, belongs to another database, a cycle, or a group that is closed. Nothing was
+    written."""
+
+
 class JobArgumentsError(AioqueueError, TypeError):
     """A job's arguments do not fit its task, or cannot be stored as JSON.
 

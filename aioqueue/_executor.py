@@ -150,7 +150,9 @@ class Executor:
             self._fail(job, decide(job, exc), describe_error(exc), task=task, started=started)
         else:
             self._count(job, "succeeded", started)
-            stored = payload.encode_result(result, f"job {job.id} (task {job.task!r})") if task.archive else None
+            # A task that does not archive may still be a workflow's dependency, whose result is
+            # archived for its dependants (the database decides): send any result there is.
+            stored = None if result is None else payload.encode_result(result, f"job {job.id} (task {job.task!r})")
             self.completer.succeeded(job, stored)
         finally:
             del self.running[claim]

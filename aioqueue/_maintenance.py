@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
     from ._database import Database
 
 logger = logging.getLogger("aioqueue.maintenance")
+
+
+#: Seconds between two passes of :meth:`Maintenance.release_stranded`.
+STRANDED_INTERVAL = 30.0
 
 
 async def reap(db: Database, batch: int = 1000) -> int:
@@ -44,6 +49,7 @@ class Maintenance:
     archive_retention: float | None
     reap_batch: int = 1000
     prune_batch: int = 5000
+    _stranded_at: float = dataclasses.field(default=float("-inf"), init=False)
     reaped: int = dataclasses.field(default=0, init=False)
     """Jobs reaped so far."""
     passes: int = dataclasses.field(default=0, init=False)
@@ -72,6 +78,17 @@ class Maintenance:
             if deleted < self.prune_batch:
                 return total
 
+    async def release_stranded(self) -> int:
+        """Workflows: make ready (or cancel) the waiting jobs whose dependencies were all finished
+        by workers of a release before workflows, which do not count dependants; return how many.
+        Reads every waiting job, so it runs at most every ``STRANDED_INTERVAL`` seconds."""
+        now = time.monotonic()
+        if now - self._stranded_at < STRANDED_INTERVAL:
+            return 0
+        self._stranded_at = now
+        async with self.db.connection() as conn:
+            return int(await conn.fetchval(self.db.queries.release_stranded, 1000))
+
     async def prune_stats(self) -> int:
         """Delete throughput counters (``queue_stats``) older than an hour; return how many."""
         async with self.db.connection() as conn:
@@ -89,7 +106,7 @@ class Maintenance:
         """Run upkeep at start and then every ``reap_interval`` until cancelled (``reaped``: the
         caller has just reaped, so the first pass does not)."""
         while True:
-            for step in (self.reap, self.prune, self.prune_stats):
+            for step in (self.reap, self.prune, self.prune_stats, self.release_stranded):
                 if reaped and step == self.reap:
                     reaped = False
                     continue

@@ -97,6 +97,15 @@ class Queries:
     relay_release: str
     outbox_status: str
     drop_schema: str
+    add_dependencies: str
+    open_group: str
+    close_group: str
+    settle_group: str
+    group_counts: str
+    list_groups: str
+    upstream_results: str
+    workflow_of: str
+    release_stranded: str
 
 
 def parse(text: str) -> dict[str, str]:

@@ -133,19 +133,30 @@ class Statements:
 
     # -- enqueueing ------------------------------------------------------------------------
 
-    def enqueue_one(self, *, jobs: NewJobs, args: str, key: str | None) -> Bound:
+    def enqueue_one(self, *, jobs: NewJobs, args: str, key: str | None, group: int | None) -> Bound:
         """Write one job with its JSON ``args``, returning the live job of ``key`` instead when
-        there is one."""
+        there is one; ``group``: the workflow group it joins, or None."""
         ch = self.channels
-        return Bound(self.queries.enqueue, (*jobs.columns(), args, key, ch.jobs, ch.due))
+        return Bound(self.queries.enqueue, (*jobs.columns(), args, key, ch.jobs, ch.due, group))
 
-    def enqueue_batch(self, *, jobs: NewJobs, args: str, keys: Sequence[str | None] | None) -> Bound:
+    def enqueue_batch(
+        self, *, jobs: NewJobs, args: str, keys: Sequence[str | None] | None, group: int | None
+    ) -> Bound:
         """Write the jobs of one JSON array of arguments ``args``; with ``keys`` (one per
-        element, or None), the keyed statement, which returns a key's live job instead."""
+        element, or None), the keyed statement, which returns a key's live job instead;
+        ``group``: the workflow group they join, or None."""
         ch = self.channels
         if keys is None:
-            return Bound(self.queries.enqueue_many, (*jobs.columns(), args, ch.jobs, ch.due))
-        return Bound(self.queries.enqueue_many_keyed, (*jobs.columns(), args, ch.jobs, ch.due, keys))
+            return Bound(self.queries.enqueue_many, (*jobs.columns(), args, ch.jobs, ch.due, group))
+        return Bound(self.queries.enqueue_many_keyed, (*jobs.columns(), args, ch.jobs, ch.due, keys, group))
+
+    def link(
+        self, *, ids: Sequence[int], deps: Sequence[int], names: Sequence[str | None], may_fail: Sequence[bool],
+        group: int | None,
+    ) -> Bound:
+        """Make the jobs ``ids``, just written in this transaction, wait for ``deps`` and join
+        ``group`` (workflows)."""
+        return Bound(self.queries.add_dependencies, (ids, deps, names, may_fail, group))
 
     # -- the outbox ------------------------------------------------------------------------
 

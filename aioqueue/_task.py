@@ -9,6 +9,7 @@ call that caused it and nothing is written.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import inspect
 import itertools
@@ -32,10 +33,12 @@ from ._enqueue import EnqueueOptions
 from ._enqueuer import Enqueuer, checked_options, writer
 from ._errors import ConfigurationError, JobArgumentsError
 from ._job import HEADERS_KEY, JobRef
+from ._links import Call, Dependency, links_of
 from ._retry import Backoff
 
 if TYPE_CHECKING:
     from ._app import Queue
+    from ._workflows import Group
 
 # The validators live in checks.py; other modules import them from here too.
 __all__ = [
@@ -55,6 +58,12 @@ class _Enqueues(Generic[P, R]):
 
     name: str
     defaults: EnqueueOptions
+    app: Queue
+
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> Call:
+        """A call of this task to enqueue later, as a workflow's step or a group's callback
+        (``chain``, ``group``, ``chord``, :meth:`~aioqueue.Queue.open_group`)."""
+        return Call(cast("Task[Any, Any] | NamedTask", self), args, kwargs)
 
     def options(
         self,
@@ -66,6 +75,8 @@ class _Enqueues(Generic[P, R]):
         key: str | None = None,
         queue: str | None = None,
         max_attempts: int | None = None,
+        after: Iterable[int | Dependency] | Mapping[str, int | Dependency] | None = None,
+        group: int | Group | None = None,
     ) -> Enqueuer[P, R]:
         """Return an enqueuer with these options for the next ``enqueue``/``enqueue_many`` (or
         ``enqueue_sync``/``enqueue_many_sync`` on a sync connection).
@@ -75,12 +86,19 @@ class _Enqueues(Generic[P, R]):
         sync) or Django's. ``delay``/``run_at``: when the job becomes ready, in database time;
         both may be given (the job runs ``delay`` seconds after ``run_at``). ``key``: a dedup
         key; while a job with this key is pending or running, enqueueing again returns that
-        job's id.
+        job's id. ``after``: the jobs this one waits for (ids, :class:`~aioqueue.Dependency`
+        objects, or a mapping of names to either); it becomes ready when all of them succeeded.
+        ``group``: the open :class:`~aioqueue.Group` it joins. See :doc:`/howto/workflows`.
         """
         opts = checked_options(
             self.defaults, delay=delay, run_at=run_at, priority=priority, key=key, queue=queue,
             max_attempts=max_attempts,
         )
+        links = links_of(self.name, after, group, self.app.database)
+        if links is not None:
+            if opts.key is not None:
+                raise ConfigurationError(f"task {self.name!r}: a dedup key cannot be given with after= or group=")
+            opts = dataclasses.replace(opts, links=links)
         # Only Task and NamedTask derive from this class.
         source = cast("Task[P, R] | NamedTask", self)
         return Enqueuer(source, opts, writer(self.name, conn))

@@ -55,12 +55,13 @@ SELECT current_database(), pg_postmaster_start_time(), host(inet_server_addr()),
 -- returned instead of a new one. `inserted` tells which happened. The parameters come in the
 -- order of enqueue_many's: $1 queue (NULL: the task's recorded one, see queue_of), $2 task, $3
 -- priority, $4 run_at, $5 delay, $6 max_attempts, $7 archive, $8 args, $9 dedup key, $10
--- channel. No row when the job has no queue: nothing was written.
+-- channel, $12 the group it joins (workflows; NULL: none). No row when the job has no queue:
+-- nothing was written.
 WITH {queue_of},
 ins AS (
     INSERT INTO {schema}.jobs AS j
-        (queue, task, args, priority, run_at, max_attempts, dedup_key, archive)
-    SELECT q.queue, $2, $8::jsonb, $3, {run_at}, $6, $9, $7
+        (queue, task, args, priority, run_at, max_attempts, dedup_key, archive, group_id)
+    SELECT q.queue, $2, $8::jsonb, $3, {run_at}, $6, $9, $7, $12::bigint
     FROM q WHERE q.queue IS NOT NULL
     ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
     DO UPDATE SET dedup_key = EXCLUDED.dedup_key
@@ -83,11 +84,11 @@ FROM ins, q;
 -- ids come back as one bigint[] in that order: one value the driver decodes in one go, where
 -- a row per id costs the client more than the rest of the call. No dedup key here (see
 -- enqueue_many_keyed), so no ON CONFLICT arbiter either: with one, every row would take the
--- speculative insertion path.
+-- speculative insertion path. $11: the group the jobs join (workflows; NULL: none).
 WITH {queue_of},
 ins AS (
-    INSERT INTO {schema}.jobs AS j (queue, task, args, priority, run_at, max_attempts, archive)
-    SELECT (SELECT q.queue FROM q), $2, t.args, $3, (SELECT {run_at}), $6, $7
+    INSERT INTO {schema}.jobs AS j (queue, task, args, priority, run_at, max_attempts, archive, group_id)
+    SELECT (SELECT q.queue FROM q), $2, t.args, $3, (SELECT {run_at}), $6, $7, $11::bigint
     FROM jsonb_array_elements($8::jsonb) AS t(args)
     WHERE (SELECT q.queue FROM q) IS NOT NULL
     RETURNING j.id
@@ -99,11 +100,12 @@ SELECT array_agg(ins.id ORDER BY ins.id) FROM ins, (SELECT count(*) FROM notifie
 -- enqueue_many for a batch in which some jobs have a dedup key ($11: one key or NULL per
 -- element of $8, no key twice: the caller sends only the first job of a key). A key that names
 -- a live job returns that job, as in enqueue. The ids of the jobs without a key come back in
--- input order (they are new rows, inserted in order); those with a key, beside their keys.
+-- input order (they are new rows, inserted in order); those with a key, beside their keys. $12:
+-- the group the jobs join (workflows; NULL: none).
 WITH {queue_of},
 ins AS (
-    INSERT INTO {schema}.jobs AS j (queue, task, args, priority, run_at, max_attempts, archive, dedup_key)
-    SELECT (SELECT q.queue FROM q), $2, t.args, $3, (SELECT {run_at}), $6, $7, t.key
+    INSERT INTO {schema}.jobs AS j (queue, task, args, priority, run_at, max_attempts, archive, dedup_key, group_id)
+    SELECT (SELECT q.queue FROM q), $2, t.args, $3, (SELECT {run_at}), $6, $7, t.key, $12::bigint
     FROM ROWS FROM (jsonb_array_elements($8::jsonb), unnest($11::text[])) AS t(args, key)
     WHERE (SELECT q.queue FROM q) IS NOT NULL
     ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
@@ -285,7 +287,7 @@ ORDER BY s.name;
 -- waits for the result of a job cancelled here is woken on channel $3.
 WITH finished AS (
     DELETE FROM {schema}.jobs AS j
-    WHERE j.id = $1 AND j.status = 'pending'
+    WHERE j.id = $1 AND j.status IN ('pending', 'waiting')
     RETURNING {cancelled_columns}
 ),
 {archived_as_cancelled},
@@ -302,7 +304,7 @@ notified AS (
 )
 SELECT (SELECT count(*) FROM archived) AS cancelled,
        (SELECT count(*) FROM flagged) AS requested,
-       (SELECT count(*) FROM notified) AS notified;
+       (SELECT count(*) FROM notified) + (SELECT count(*) FROM flowed) AS notified;
 
 -- name: cancel_requests
 -- Which of the jobs $1 (held by this worker under attempts $2) have a cancel request.
@@ -336,21 +338,24 @@ notified AS (
     UNION ALL
     SELECT pg_notify($4, '') WHERE EXISTS (SELECT FROM finished)
 )
-SELECT count(*) FROM notified WHERE {commit_mode($5)};
+SELECT count(*) + (SELECT count(*) FROM flowed) FROM notified WHERE {commit_mode($5)};
 
 -- fragment: cancelled_columns
 -- What a cancelled job keeps in the archive, as the DELETE that removes it returns it.
-j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
+j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at, j.group_id,
+j.has_dependants, 'cancelled' AS status
 
 -- fragment: archived_as_cancelled
 -- Move the `finished` jobs (see cancelled_columns) to the archive as cancelled; a row each.
 archived AS (
     INSERT INTO {schema}.jobs_done
-        (id, queue, task, args, status, priority, attempts, dedup_key, created_at)
-    SELECT r.id, r.queue, r.task, r.args, 'cancelled', r.priority, r.attempts, r.dedup_key, r.created_at
+        (id, queue, task, args, status, priority, attempts, dedup_key, created_at, group_id)
+    SELECT r.id, r.queue, r.task, r.args, 'cancelled', r.priority, r.attempts, r.dedup_key, r.created_at,
+           r.group_id
     FROM finished AS r
-    RETURNING 1
-)
+    RETURNING id
+),
+{flowed}
 
 -- name: database_now
 -- The queue's clock: every schedule is computed from it, never from the worker's.
@@ -379,6 +384,19 @@ WHERE q.concurrency_limit IS NOT NULL AND q.name IN (SELECT f.queue FROM finishe
 SELECT pg_notify($11, extract(epoch FROM d.first - {schema}.now())::text || ' ' || d.queue)
 FROM (SELECT f.queue, min(f.run_at) AS first FROM finished AS f WHERE f.status = 'pending' GROUP BY f.queue) AS d
 
+-- fragment: flowed
+-- Workflows (migration 0014): the `finished` jobs (with columns id, status, group_id and
+-- has_dependants) that have dependants or a group are handed to jobs_finished() in this
+-- transaction, which wakes or cancels their dependants and settles their groups. A batch of
+-- plain jobs calls nothing (the aggregate over no row is filtered out by HAVING).
+flowed AS (
+    SELECT {schema}.jobs_finished(array_agg(f.id), array_agg(f.status::text), array_agg(f.group_id),
+                                  array_agg(f.has_dependants))
+    FROM finished AS f
+    WHERE (f.has_dependants OR f.group_id IS NOT NULL) AND f.status IN ('succeeded', 'dead', 'cancelled')
+    HAVING count(*) > 0
+)
+
 -- fragment: claimed_rows
 -- The rows of jobs (as `j`) a finishing statement writes: those of the batch's ids ($1), each
 -- found by primary key, that still run under one of the batch's claims, the keys ('id:attempt')
@@ -397,7 +415,7 @@ lease_expires_at = NULL,
     locked_at = NULL,
     locked_by = NULL
 WHERE {claimed_rows}
-RETURNING j.id, j.queue, j.status, j.run_at
+RETURNING j.id, j.queue, j.status, j.run_at, j.group_id, j.has_dependants
 
 -- name: complete
 -- Finish succeeded jobs: delete them, moving those that keep an archive into jobs_done in
@@ -421,16 +439,18 @@ finished AS (
     DELETE FROM {schema}.jobs AS j
     WHERE {claimed_rows}
     RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.archive, j.created_at,
-              (SELECT c.inputs FROM claims AS c) ->> (j.id || ':' || j.attempts) AS result
+              (SELECT c.inputs FROM claims AS c) ->> (j.id || ':' || j.attempts) AS result,
+              j.group_id, j.has_dependants, 'succeeded' AS status
 ),
 archived AS (
     INSERT INTO {schema}.jobs_done
-        (id, queue, task, args, status, priority, attempts, result, dedup_key, created_at)
+        (id, queue, task, args, status, priority, attempts, result, dedup_key, created_at, group_id)
     SELECT f.id, f.queue, f.task, f.args, 'succeeded', f.priority, f.attempts,
-           f.result::jsonb, f.dedup_key, f.created_at
+           f.result::jsonb, f.dedup_key, f.created_at, f.group_id
     FROM finished AS f
     WHERE f.archive
 ),
+{flowed},
 counted AS (
     INSERT INTO {schema}.queue_stats AS s (queue, minute, shard, succeeded)
     SELECT f.queue, date_trunc('minute', {schema}.now()), pg_backend_pid() % 8, count(*)
@@ -446,7 +466,8 @@ notified AS (
     UNION ALL
     {slots_freed($5)}
 )
-SELECT count(*), (SELECT count(*) FROM notified) AS notified FROM finished WHERE {commit_mode($6)};
+SELECT count(*), (SELECT count(*) FROM notified) + (SELECT count(*) FROM flowed) AS notified
+FROM finished WHERE {commit_mode($6)};
 
 -- name: fail
 -- Record failed attempts: back to pending after an exponential backoff with jitter computed
@@ -489,8 +510,10 @@ notified AS (
     {retries_due}
     UNION ALL
     SELECT pg_notify($12, '') WHERE EXISTS (SELECT FROM finished AS f WHERE f.status = 'dead')
-)
-SELECT f.id, f.status, (SELECT count(*) FROM notified) AS notified FROM finished AS f
+),
+{flowed}
+SELECT f.id, f.status, (SELECT count(*) FROM notified) + (SELECT count(*) FROM flowed) AS notified
+FROM finished AS f
 WHERE {commit_mode($13)};
 
 -- name: reschedule
@@ -581,8 +604,10 @@ reaped AS (
         locked_by = NULL
     FROM expired
     WHERE j.id = expired.id
-    RETURNING j.id, j.queue, j.status
+    RETURNING j.id, j.queue, j.status, j.group_id, j.has_dependants
 ),
+finished AS (SELECT * FROM reaped),
+{flowed},
 notified AS (
     -- Every queue that got a job back, or a slot freed (a limited queue), is woken ($2), and
     -- whoever waits for the result of a job that went dead ($3).
@@ -590,7 +615,8 @@ notified AS (
     UNION ALL
     SELECT pg_notify($3, '') WHERE EXISTS (SELECT FROM reaped AS r WHERE r.status = 'dead')
 )
-SELECT r.id, r.status, (SELECT count(*) FROM notified) AS notified FROM reaped AS r;
+SELECT r.id, r.status, (SELECT count(*) FROM notified) + (SELECT count(*) FROM flowed) AS notified
+FROM reaped AS r;
 
 -- name: prune_archive
 -- Retention: delete up to $2 archived jobs that finished more than $1 seconds ago.
@@ -980,18 +1006,12 @@ LIMIT 1;
 -- name: cancel_jobs
 -- cancel for many jobs $1: pending ones are archived as cancelled at once, running ones are
 -- flagged and their workers told on channel $2. Returns each job touched and what happened.
-WITH removed AS (
+WITH finished AS (
     DELETE FROM {schema}.jobs AS j
-    WHERE j.id = ANY($1::bigint[]) AND j.status = 'pending'
-    RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at
+    WHERE j.id = ANY($1::bigint[]) AND j.status IN ('pending', 'waiting')
+    RETURNING {cancelled_columns}
 ),
-archived AS (
-    INSERT INTO {schema}.jobs_done
-        (id, queue, task, args, status, priority, attempts, dedup_key, created_at)
-    SELECT r.id, r.queue, r.task, r.args, 'cancelled', r.priority, r.attempts, r.dedup_key, r.created_at
-    FROM removed AS r
-    RETURNING id
-),
+{archived_as_cancelled},
 flagged AS (
     UPDATE {schema}.jobs AS j
     SET cancel_requested = true
@@ -1004,7 +1024,7 @@ notified AS (
 SELECT a.id, 'cancelled' AS outcome FROM archived AS a
 UNION ALL
 SELECT f.id, 'requested' FROM flagged AS f
-WHERE (SELECT count(*) FROM notified) >= 0;
+WHERE (SELECT count(*) FROM notified) + (SELECT count(*) FROM flowed) >= 0;
 
 -- name: delete_jobs
 -- Delete jobs $1 for good: live ones that are not running (cancel those first), and archived
@@ -1140,3 +1160,96 @@ ORDER BY s.stream;
 -- name: drop_schema
 -- aioqueue.testing: drop a test's schema and everything in it, once the test is over.
 DROP SCHEMA IF EXISTS {schema} CASCADE;
+
+-- name: add_dependencies
+-- Workflows: the jobs $1, just inserted in this transaction, wait for the jobs $2 (named $3,
+-- each may fail where $4) and join group $5 (NULL: none); see add_dependencies() in migration
+-- 0014. Raises, naming the dependency or group, when one cannot be waited for.
+SELECT {schema}.add_dependencies($1::bigint[], $2::bigint[], $3::text[], $4::boolean[], $5::bigint);
+
+-- name: open_group
+-- A new open group named $1 with callbacks $2 (kind -> job, see job_groups), its members'
+-- results kept when $3; returns its id.
+INSERT INTO {schema}.job_groups (name, callbacks, results) VALUES ($1, $2::jsonb, $3) RETURNING id;
+
+-- name: close_group
+-- Close group $1: it takes no more members. NULL when there is no such group. The caller
+-- settles it next (settle_group), in a statement of its own that sees it closed.
+UPDATE {schema}.job_groups AS s SET closed = true WHERE s.id = $1 RETURNING s.id;
+
+-- name: settle_group
+-- Enqueue group $1's callbacks if it is closed and every member finished (once, ever).
+SELECT {schema}.settle_group($1);
+
+-- name: group_counts
+-- Group $1 in one row: its counters, members running now (jobs_group_idx), and the callbacks it
+-- enqueued (kind -> job id). Pending members are the rest of the total.
+SELECT s.id, s.name, s.total, s.succeeded, s.failed, s.cancelled, s.closed, s.created_at, s.done_at,
+       s.results,
+       (SELECT count(*) FROM {schema}.jobs AS j WHERE j.group_id = s.id AND j.status = 'running') AS running,
+       (SELECT count(*) FROM {schema}.jobs AS j WHERE j.group_id = s.id AND j.status = 'dead') AS dead,
+       (SELECT jsonb_object_agg(c.kind, c.job_id)::text FROM {schema}.group_callbacks AS c
+        WHERE c.group_id = s.id) AS callbacks,
+       s.callbacks::text AS callback_specs
+FROM {schema}.job_groups AS s
+WHERE s.id = $1;
+
+-- name: list_groups
+-- Groups, newest first, below keyset $1 (NULL: the top), at most $2.
+SELECT s.id, s.name, s.total, s.succeeded, s.failed, s.cancelled, s.closed, s.created_at, s.done_at
+FROM {schema}.job_groups AS s
+WHERE s.id < coalesce($1::bigint, 9223372036854775807)
+ORDER BY s.id DESC
+LIMIT $2;
+
+-- name: upstream_results
+-- What job $1 reads downstream, in position order: its dependencies (position, name, id,
+-- status, result), or, for a group's callback, the group's members in id order (archived, or
+-- dead and still live).
+SELECT d.position::bigint AS position, d.name, d.depends_on AS id,
+       coalesce(a.status, l.status, 'gone') AS status, a.result::text AS result
+FROM {schema}.job_deps AS d
+LEFT JOIN {schema}.jobs_done AS a ON a.id = d.depends_on
+LEFT JOIN {schema}.jobs AS l ON l.id = d.depends_on
+WHERE d.job_id = $1
+UNION ALL
+SELECT row_number() OVER (ORDER BY m.id), NULL, m.id, m.status, m.result
+FROM {schema}.group_callbacks AS c
+CROSS JOIN LATERAL (
+    SELECT a.id, a.status, a.result::text AS result FROM {schema}.jobs_done AS a WHERE a.group_id = c.group_id
+    UNION ALL
+    SELECT l.id, l.status, NULL FROM {schema}.jobs AS l WHERE l.group_id = c.group_id AND l.status = 'dead'
+) AS m
+WHERE c.job_id = $1
+ORDER BY 1;
+
+-- name: workflow_of
+-- The graph around job $1: every job it waits for and every job that waits for it, transitively
+-- (at most $2 jobs), each with its status (live or archived) and edges.
+WITH RECURSIVE up(id, depth) AS (
+    SELECT $1::bigint, 0
+    UNION
+    SELECT d.depends_on, u.depth + 1 FROM up AS u JOIN {schema}.job_deps AS d ON d.job_id = u.id
+    WHERE u.depth < 100
+),
+down(id, depth) AS (
+    SELECT $1::bigint, 0
+    UNION
+    SELECT d.job_id, w.depth + 1 FROM down AS w JOIN {schema}.job_deps AS d ON d.depends_on = w.id
+    WHERE w.depth < 100
+),
+nodes AS (SELECT id FROM up UNION SELECT id FROM down LIMIT $2)
+SELECT n.id, coalesce(j.task, a.task) AS task, coalesce(j.queue, a.queue) AS queue,
+       coalesce(j.status, a.status, 'gone') AS status, coalesce(j.group_id, a.group_id) AS group_id,
+       a.reason,
+       (SELECT array_agg(d.depends_on ORDER BY d.position) FROM {schema}.job_deps AS d WHERE d.job_id = n.id)
+           AS depends_on
+FROM nodes AS n
+LEFT JOIN {schema}.jobs AS j ON j.id = n.id
+LEFT JOIN {schema}.jobs_done AS a ON a.id = n.id
+ORDER BY n.id;
+
+-- name: release_stranded
+-- Settle up to $1 waiting jobs whose dependencies were finished by workers of a release before
+-- workflows (see release_stranded() in migration 0014); returns how many.
+SELECT {schema}.release_stranded($1);

@@ -2,9 +2,11 @@
 
 ``aioqueue worker MODULE:ATTR`` runs the tasks of the Queue found there, in N supervised
 processes with ``--processes`` (see :mod:`aioqueue.cli._worker`); ``migrate``, ``status`` and
-``dead list|retry|purge`` are thin shells over the operator calls (:mod:`aioqueue.cli._operate`);
-``dashboard`` serves the web dashboard (:mod:`aioqueue.cli._dashboard`); ``relay`` and ``outbox
-status`` publish and show the outbox (:mod:`aioqueue.cli._relay`). The database comes from
+``dead list|retry|purge`` are thin shells over the operator calls (:mod:`aioqueue.cli._operate`),
+and ``workflow show|cancel`` and ``group list|show|close`` over the workflow calls
+(:mod:`aioqueue.cli._workflows`); ``dashboard`` serves the web dashboard
+(:mod:`aioqueue.cli._dashboard`); ``relay`` and ``outbox status`` publish and show the outbox
+(:mod:`aioqueue.cli._relay`). The database comes from
 ``--dsn``, else ``AIOQUEUE_DSN``, else ``DATABASE_URL``. Exit status: 0 done, 1 the database
 refused or is not ready, 2 bad usage or configuration, 130 interrupted. Runs on uvloop when it is
 installed.
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 
 from .._errors import AioqueueError, ConfigurationError, SchemaNotReadyError
 from .._supervisor import report, report_fd_from_env
-from . import _dashboard, _operate, _relay, _worker
+from . import _dashboard, _operate, _relay, _worker, _workflows
 from ._common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, run_async
 from ._parser import build_parser
 
@@ -46,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _relay.run_relay_command(args)
         if args.command == "outbox":
             return run_async(_relay.run_outbox, args)
+        if args.command in ("workflow", "group"):
+            return run_async(_workflows.run, args)
         return run_async(_operate.run, args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

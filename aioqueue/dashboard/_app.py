@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import functools
 import logging
 from collections.abc import AsyncIterator, Iterable
 from importlib import resources
@@ -31,6 +32,7 @@ from .._errors import AioqueueError, ConfigurationError
 from . import _charts as charts
 from . import _inputs as inputs
 from . import _text as text
+from . import _workflows as workflows
 from ._inputs import FILTER_FIELDS
 from ._security import (
     CSRF_COOKIE,
@@ -383,6 +385,9 @@ def create_app(
             Route("/dead", dashboard.dead_page, name="dead"),
             Route("/periodic", dashboard.periodic_page, name="periodic"),
             Route("/workers", dashboard.workers_page, name="workers"),
+            Route("/groups", functools.partial(workflows.groups_page, dashboard), name="groups"),
+            Route("/groups/{group_id}", functools.partial(workflows.group_page, dashboard), name="group"),
+            Route("/workflows/{job_id}", functools.partial(workflows.workflow_page, dashboard), name="workflow"),
             Route("/actions/jobs", dashboard.job_action, methods=["POST"], name="job_action"),
             Route("/actions/queues", dashboard.queue_action, methods=["POST"], name="queue_action"),
             Mount("/static", static, name="static"),

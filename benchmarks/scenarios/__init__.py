@@ -8,7 +8,19 @@ from collections.abc import Callable
 
 from common import Run
 
-from . import claim, dashboard, drain, drain_states, enqueue, io_bound, latency, memory, outbox, scaling
+from . import (
+    claim,
+    dashboard,
+    drain,
+    drain_states,
+    enqueue,
+    io_bound,
+    latency,
+    memory,
+    outbox,
+    scaling,
+    workflows,
+)
 
 #: Lines up a scenario's measurements on the run (``run.step``); measures nothing itself.
 Scenario = Callable[[Run], None]
@@ -24,6 +36,7 @@ SCENARIOS: dict[str, Scenario] = {
     "scaling": scaling.plan,
     "outbox": outbox.plan,
     "io-bound": io_bound.plan,
+    "workflows": workflows.plan,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]

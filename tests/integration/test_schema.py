@@ -87,10 +87,13 @@ async def test_a_pending_row_enters_only_the_ready_index_and_the_primary_key(dsn
         assert await indexes_entered(conn, "('q', 't', 'running', NULL)") == {"jobs_pkey", "jobs_lease_idx"}
         assert await indexes_entered(conn, "('q', 't', 'dead', 'k')") == {
             "jobs_pkey", "jobs_dead_idx", "jobs_dead_list_idx", "jobs_dead_task_idx"}
+        # A job waiting for others (workflows) stays out of the ready index: the claim never reads it.
+        assert await indexes_entered(conn, "('q', 't', 'waiting', NULL)") == {"jobs_pkey", "jobs_waiting_idx"}
         every = {r["indexname"] for r in await conn.fetch(
             "SELECT indexname FROM pg_indexes WHERE schemaname = 'aioqueue' AND tablename = 'jobs'")}
         assert every == {"jobs_pkey", "jobs_ready_idx", "jobs_lease_idx", "jobs_dedup_key_idx",
-                         "jobs_dead_idx", "jobs_dead_list_idx", "jobs_dead_task_idx"}
+                         "jobs_dead_idx", "jobs_dead_list_idx", "jobs_dead_task_idx", "jobs_group_idx",
+                         "jobs_waiting_idx"}
     finally:
         await conn.close()
 

@@ -37,11 +37,12 @@ ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         "ids", "attempts", "delays", "notes", "channel.jobs", "channel.due", "commit_mode",
     )),
     "finish_cancelled": (("finish_cancelled",), ("ids", "attempts", "channel.jobs", "channel.done", "commit_mode")),
-    "enqueue_one": (("enqueue",), (*JOB_COLUMNS, "args", "key", "channel.jobs", "channel.due")),
+    "enqueue_one": (("enqueue",), (*JOB_COLUMNS, "args", "key", "channel.jobs", "channel.due", "group")),
     "enqueue_batch": (("enqueue_many", "enqueue_many_keyed"), (
-        *JOB_COLUMNS, "args", "channel.jobs", "channel.due", "keys",
+        *JOB_COLUMNS, "args", "channel.jobs", "channel.due", "keys", "group",
     )),
     "publish_events": (("publish_events",), ("stream", "keys", "payloads")),
+    "link": (("add_dependencies",), ("ids", "deps", "names", "may_fail", "group")),
 }
 
 
@@ -88,7 +89,8 @@ def test_a_method_binds_each_placeholder_of_its_statement_once_in_order(name: st
         sql, args, markers = _bind(name, **overrides)
         [statement] = [s for s in statements if getattr(STATEMENTS.queries, s) == sql]
         seen_sql.add(statement)
-        expected = order if statement != "enqueue_many" else order[:-1]  # keys: the keyed statement's $11
+        # keys: the keyed statement's $11 only
+        expected = order if statement != "enqueue_many" else tuple(w for w in order if w != "keys")
         # The statement reads exactly $1..$n, and the method binds n values.
         assert _placeholders(sql) == set(range(1, len(expected) + 1)), statement
         assert len(args) == len(expected), statement

@@ -1,0 +1,349 @@
+"""Workflows: jobs that wait for others, results downstream, groups and their callbacks, failure
+policy, and refusals at enqueue (migration 0014)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import asyncpg
+import pytest
+
+import aioqueue
+from aioqueue import Dependency, DependencyError, Workflow, chain, chord, group
+from aioqueue._maintenance import Maintenance
+from aioqueue.dashboard import create_app
+
+from .cli_tools import aioqueue_cli
+from .dashboard_tools import client_for
+
+
+async def test_a_dependant_waits_outside_the_ready_index_and_runs_after(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    order: list[str] = []
+
+    @q.task
+    async def step(label: str) -> str:
+        order.append(label)
+        return label.upper()
+
+    @q.task(archive=True)
+    async def last() -> list[Any]:
+        up = await q.upstream()
+        order.append("last")
+        return [up[0], up["b"], list(up)]
+
+    a = await step.enqueue(label="a")
+    b = await step.enqueue(label="b")
+    c = await last.options(after={"a": a, "b": b}).enqueue()
+    assert await db.fetchval("SELECT status FROM aioqueue.jobs WHERE id = $1", c) == "waiting"
+    assert await db.fetchval("SELECT waiting_for FROM aioqueue.jobs WHERE id = $1", c) == 2
+    # The claim reads only the ready index: a worker given only the dependant finds nothing.
+    stats = await q.worker(queues=["default"], concurrency=1).run_until_empty()
+    assert order == ["a", "b", "last"]
+    assert stats.succeeded == 3
+    assert await c.result(timeout=10) == ["A", "B", ["A", "B"]]
+
+
+async def test_a_graph_commits_or_vanishes_with_the_callers_transaction(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    @q.task
+    async def noop() -> None:
+        pass
+
+    async with q.connection() as conn:
+        tr = conn.transaction()
+        await tr.start()
+        a = await noop.options(conn=conn).enqueue()
+        await noop.options(conn=conn, after=[a]).enqueue()
+        await tr.rollback()
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.job_deps") == 0
+
+
+async def test_chain_passes_results_down_in_one_transaction(q: aioqueue.Queue) -> None:
+    @q.task(archive=True)
+    async def add(x: int = 0) -> int:
+        up = await q.upstream()
+        return x + (up[0] if len(up) else 0)
+
+    refs = await chain(add.s(x=1), add.s(x=10), add.s(x=100)).enqueue()
+    await q.worker(concurrency=4).run_until_empty()
+    assert [await r.result(timeout=10) for r in refs] == [1, 11, 111]
+
+
+async def test_chord_callback_runs_once_with_every_members_result(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    totals: list[int] = []
+
+    @q.task
+    async def square(n: int) -> int:
+        return n * n
+
+    @q.task
+    async def total() -> None:
+        totals.append(sum(await q.upstream()))
+
+    g = await chord([square.s(n=i) for i in range(20)], total.s()).enqueue()
+    await q.worker(concurrency=8).run_until_empty()
+    assert totals == [sum(i * i for i in range(20))]
+    counts = await g.counts()
+    assert (counts.total, counts.succeeded, counts.pending, counts.running, counts.done) == (20, 20, 0, 0, True)
+    assert list(counts.callbacks) == ["on_success"]
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.group_callbacks") == 1
+
+
+async def test_an_open_group_takes_members_until_closed(q: aioqueue.Queue) -> None:
+    seen: list[str] = []
+
+    @q.task
+    async def member() -> None:
+        pass
+
+    @q.task
+    async def done(kind: str) -> None:
+        seen.append(kind)
+
+    g = await q.open_group(on_success=done.s(kind="success"), on_complete=done.s(kind="complete"), name="batch")
+    await member.options(group=g).enqueue_many([{}] * 5)
+    await q.worker(concurrency=4).run_until_empty()
+    assert seen == []  # open: more may come
+    await member.options(group=g).enqueue()
+    await g.close()
+    await q.worker(concurrency=4).run_until_empty()
+    assert sorted(seen) == ["complete", "success"]
+    assert (await g.counts()).total == 6
+    with pytest.raises(DependencyError, match="closed"):
+        await member.options(group=g).enqueue()
+
+
+async def test_a_failed_member_sends_on_failure_not_on_success(q: aioqueue.Queue) -> None:
+    seen: list[str] = []
+
+    @q.task(max_attempts=1)
+    async def member(fail: bool) -> None:
+        if fail:
+            raise RuntimeError("boom")
+
+    @q.task
+    async def done(kind: str) -> None:
+        seen.append(kind)
+
+    g = await group(member.s(fail=False), member.s(fail=True)).enqueue(
+        on_success=done.s(kind="success"), on_failure=done.s(kind="failure"), on_complete=done.s(kind="complete")
+    )
+    await q.worker(concurrency=2).run_until_empty()
+    assert sorted(seen) == ["complete", "failure"]
+    counts = await g.counts()
+    assert (counts.succeeded, counts.failed) == (1, 1)
+
+
+async def test_a_dead_dependency_cancels_its_dependants_down_the_graph_with_the_reason(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    ran: list[str] = []
+
+    @q.task(max_attempts=1)
+    async def fails() -> None:
+        raise RuntimeError("boom")
+
+    @q.task
+    async def step(label: str) -> None:
+        ran.append(label)
+
+    a = await fails.enqueue()
+    b = await step.options(after=[a]).enqueue(label="b")
+    c = await step.options(after=[b]).enqueue(label="c")
+    d = await step.options(after=[Dependency(a, may_fail=True)]).enqueue(label="d")
+    await q.worker(concurrency=2).run_until_empty()
+    assert ran == ["d"]
+    rows = await db.fetch("SELECT id, status, reason FROM aioqueue.jobs_done WHERE id = ANY($1) ORDER BY id", [b, c])
+    assert [(r["status"], r["reason"]) for r in rows] == [
+        ("cancelled", f"dependency {a} did not succeed"), ("cancelled", f"dependency {b} did not succeed")]
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE id = ANY($1)", [b, c, d]) == 0
+
+
+async def test_cancelling_a_workflow_cancels_what_has_not_run(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    @q.task
+    async def step() -> None:
+        pass
+
+    refs = await chain(step.s(), step.s(), step.s()).enqueue()
+    outcome = await q.cancel_workflow(refs[1])
+    assert outcome == {refs[0]: "cancelled", refs[1]: "cancelled", refs[2]: "cancelled"}
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+    nodes = await q.workflow(refs[2])
+    assert [n["status"] for n in nodes] == ["cancelled"] * 3
+    assert nodes[2]["depends_on"] == [refs[1]]
+
+
+async def test_refusals_name_what_was_wrong_and_write_nothing(
+    q: aioqueue.Queue, db: asyncpg.Connection, other_dsn: str
+) -> None:
+    @q.task(max_attempts=1)
+    async def step() -> None:
+        raise RuntimeError("dies")
+
+    @q.task
+    async def plain() -> None:
+        pass
+
+    with pytest.raises(DependencyError, match=r"dependency 999999 does not exist or is gone.*nothing was written"):
+        await plain.options(after=[999999]).enqueue()
+    gone = await plain.enqueue()  # not archived: gone once it succeeds
+    dead = await step.enqueue()
+    await q.worker().run_until_empty()
+    with pytest.raises(DependencyError, match=f"dependency {gone} does not exist or is gone"):
+        await plain.options(after=[gone]).enqueue()
+    with pytest.raises(DependencyError, match=f"dependency {dead} is dead"):
+        await plain.options(after=[dead]).enqueue_many([{}, {}])
+    other = aioqueue.Queue(other_dsn)
+    async with other:
+        await other.migrate()
+        foreign = await other.by_name("plain").options(queue="default").enqueue()
+    with pytest.raises(DependencyError, match=f"dependency {foreign} is a job of another database"):
+        await plain.options(after=[foreign]).enqueue()
+    wf = Workflow().add("a", plain.s(), after=["c"]).add("b", plain.s(), after=["a"]).add("c", plain.s(), after=["b"])
+    with pytest.raises(DependencyError, match=r"cycle: a -> c -> b -> a"):
+        await wf.enqueue()
+    with pytest.raises(DependencyError, match="waits for 'x', which is no step"):
+        await Workflow().add("a", plain.s(), after=["x"]).enqueue()
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status <> 'dead'") == 0
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.job_deps") == 0
+
+
+async def test_a_refusal_inside_the_callers_transaction_leaves_it_usable(q: aioqueue.Queue) -> None:
+    @q.task
+    async def plain() -> None:
+        pass
+
+    async with q.connection() as conn, conn.transaction():
+        kept = await plain.options(conn=conn).enqueue()
+        with pytest.raises(DependencyError):
+            await plain.options(conn=conn, after=[kept + 1000]).enqueue()
+        await plain.options(conn=conn, after=[kept]).enqueue()
+    assert (await q.group_counts(1)) is None
+    assert len(await q.workflow(kept)) == 2
+
+
+async def test_a_workflow_by_step_names(q: aioqueue.Queue) -> None:
+    @q.task
+    async def fetch(url: str) -> str:
+        return f"<{url}>"
+
+    @q.task(archive=True)
+    async def merge() -> str:
+        up = await q.upstream()
+        return str(up["left"]) + str(up["right"])
+
+    refs = await (
+        Workflow()
+        .add("merge", merge.s(), after=["left", "right"])
+        .add("left", fetch.s(url="l"))
+        .add("right", fetch.s(url="r"))
+        .enqueue()
+    )
+    await q.worker(concurrency=3).run_until_empty()
+    assert await refs["merge"].result(timeout=10) == "<l><r>"
+
+
+async def test_members_finishing_on_eight_workers_at_once_send_one_callback(q: aioqueue.Queue) -> None:
+    """1,000 groups of 8 members, each group's members claimed by 8 workers at once: every
+    callback is enqueued exactly once, no deadlock, no lost wake-up."""
+    calls: list[int] = []
+
+    @q.task
+    async def member(g: int) -> None:
+        pass
+
+    @q.task
+    async def done(g: int) -> None:
+        calls.append(g)
+
+    rounds = 1000
+    async with q.connection() as conn, conn.transaction():
+        for r in range(rounds):
+            g = await q.open_group(on_complete=done.s(g=r), conn=conn)
+            await member.options(conn=conn, group=g).enqueue_many([{"g": r}] * 8)
+            await g.close(conn=conn)
+    workers = [q.worker(concurrency=1, name=f"w{i}") for i in range(8)]
+    with anyio.fail_after(300):
+        async with anyio.create_task_group() as tg:
+            for w in workers:
+                tg.start_soon(w.run_until_empty)
+        await q.worker(concurrency=8).run_until_empty()  # the callbacks enqueued last
+    assert sorted(calls) == list(range(rounds))
+
+
+async def test_a_dependency_finished_by_an_older_release_is_released_by_maintenance(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    """Workers of the release before workflows finish jobs with the old statements, which do not
+    call jobs_finished(): the maintenance pass makes the stranded dependant ready."""
+
+    @q.task
+    async def noop() -> None:
+        pass
+
+    a = await noop.enqueue()
+    b = await noop.options(after=[a]).enqueue()
+    # The old `complete`: delete and archive, nothing else.
+    await db.execute(
+        "WITH f AS (DELETE FROM aioqueue.jobs WHERE id = $1 RETURNING *) INSERT INTO aioqueue.jobs_done "
+        "(id, queue, task, args, status, priority, attempts, created_at) "
+        "SELECT id, queue, task, args, 'succeeded', priority, attempts, created_at FROM f", a)
+    assert await db.fetchval("SELECT status FROM aioqueue.jobs WHERE id = $1", b) == "waiting"
+    maintenance = Maintenance(q.database, reap_interval=1.0, archive_retention=None)
+    assert await maintenance.release_stranded() == 1
+    assert await db.fetchval("SELECT status FROM aioqueue.jobs WHERE id = $1", b) == "pending"
+    assert await maintenance.release_stranded() == 0  # not again before its interval
+
+
+async def test_the_commands_show_and_steer_workflows_and_groups(q: aioqueue.Queue, dsn: str) -> None:
+    @q.task
+    async def step() -> None:
+        pass
+
+    refs = await chain(step.s(), step.s()).enqueue()
+    g = await q.open_group(on_complete=step.s(), name="nightly")
+    await step.options(group=g).enqueue_many([{}, {}])
+    status, out, _ = await aioqueue_cli("workflow", "show", str(refs[1]), dsn=dsn)
+    assert status == 0 and f"{refs[1]}  step  waiting  {refs[0]}" in out
+    status, out, _ = await aioqueue_cli("group", "list", dsn=dsn)
+    assert status == 0 and "nightly" in out and "open" in out
+    status, out, _ = await aioqueue_cli("group", "close", str(g.id), dsn=dsn)
+    assert status == 0 and (await g.counts()).closed
+    status, out, _ = await aioqueue_cli("group", "show", str(g.id), "--json", dsn=dsn)
+    assert status == 0 and '"pending": 2' in out and '"on_complete": "step"' in out
+    status, out, _ = await aioqueue_cli("workflow", "cancel", str(refs[0]), dsn=dsn)
+    assert status == 0 and "cancelled 2 job(s)" in out
+    status, _, err = await aioqueue_cli("group", "show", "999", dsn=dsn)
+    assert status == 1 and "no group with id 999" in err
+
+
+async def test_the_dashboard_shows_groups_and_the_graph_with_links(q: aioqueue.Queue) -> None:
+    @q.task
+    async def step() -> None:
+        pass
+
+    refs = await chain(step.s(), step.s()).enqueue()
+    g = await q.open_group(on_success=step.s(), name="nightly<b>")
+    await step.options(group=g).enqueue()
+    await g.close()
+    async with client_for(create_app(q)) as client:
+        groups = await client.get("/groups")
+        assert groups.status_code == 200 and f'href="/groups/{g.id}"' in groups.text
+        assert "nightly&lt;b&gt;" in groups.text and "<b>" not in groups.text.split("<h1>")[1]
+        page = await client.get(f"/groups/{g.id}")
+        assert page.status_code == 200 and "not enqueued" in page.text and ">1</dd>" in page.text
+        graph = await client.get(f"/workflows/{refs[1]}")
+        assert graph.status_code == 200
+        assert f'href="/jobs/{refs[0]}"' in graph.text and "status-waiting" in graph.text
+        assert (await client.get("/groups/999")).status_code == 404
+        assert 'href="/workflows/' in (await client.get(f"/jobs/{refs[0]}")).text
+    await q.worker(concurrency=2).run_until_empty()
+    async with client_for(create_app(q)) as client:
+        page = await client.get(f"/groups/{g.id}")
+        counts = await g.counts()
+        assert f'href="/jobs/{counts.callbacks["on_success"]}"' in page.text
