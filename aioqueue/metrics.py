@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("aioqueue.metrics")
 
 DEFAULT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-_DEPTH_STATES = ("pending", "ready", "scheduled", "running", "dead")
+_DEPTH_STATES = ("pending", "ready", "scheduled", "running", "dead", "waiting")
 
 
 class PrometheusMetrics:

@@ -654,20 +654,30 @@ LIMIT $2;
 -- name: retry_dead
 -- Send dead jobs back to pending now, with as many attempts again as they had: max_attempts
 -- grows rather than attempts shrinking, so attempts stay a fence. $1 NULL means every dead
--- job (of queue $2 when given).
-UPDATE {schema}.jobs AS j
-SET status = 'pending',
-    run_at = {schema}.now(),
-    max_attempts = j.attempts + j.max_attempts
-FROM (
-    SELECT d.id FROM {schema}.jobs AS d
-    WHERE d.status = 'dead'
-      AND ($1::bigint[] IS NULL OR d.id = ANY($1))
-      AND ($2::text IS NULL OR d.queue = $2)
-    FOR UPDATE
-) AS dead
-WHERE j.id = dead.id
-RETURNING j.id, j.queue;
+-- job (of queue $2 when given). A retried job's workflow resumes (resume_workflows(),
+-- migration 0015): the dependants it cancelled wait again, its group counts it as not finished.
+WITH retried AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'pending',
+        run_at = {schema}.now(),
+        max_attempts = j.attempts + j.max_attempts
+    FROM (
+        SELECT d.id FROM {schema}.jobs AS d
+        WHERE d.status = 'dead'
+          AND ($1::bigint[] IS NULL OR d.id = ANY($1))
+          AND ($2::text IS NULL OR d.queue = $2)
+        FOR UPDATE
+    ) AS dead
+    WHERE j.id = dead.id
+    RETURNING j.id, j.queue, j.group_id, j.has_dependants
+),
+resumed AS (
+    SELECT {schema}.resume_workflows(array_agg(r.id)) AS n
+    FROM retried AS r
+    WHERE r.has_dependants OR r.group_id IS NOT NULL
+    HAVING count(*) > 0
+)
+SELECT r.id, r.queue FROM retried AS r WHERE (SELECT count(*) FROM resumed) >= 0;
 
 -- name: purge_dead
 -- Delete dead jobs; $1 NULL means every dead job (of queue $2 when given).
@@ -678,8 +688,8 @@ WHERE j.status = 'dead'
 RETURNING j.id;
 
 -- name: queue_status
--- Per queue: how many jobs wait, how many of those are ready now, are running, are dead, how
--- long the oldest ready job has waited, and how many jobs succeeded in the last 60 seconds
+-- Per queue: how many jobs wait, how many of those are ready now, are running, are dead, wait
+-- for other jobs (workflows), how long the oldest ready job has waited, and how many jobs succeeded in the last 60 seconds
 -- (the current minute's count plus the part of the previous minute's still inside the window).
 WITH live AS (
     SELECT j.queue,
@@ -688,6 +698,7 @@ WITH live AS (
            count(*) FILTER (WHERE j.status = 'pending' AND j.run_at > {schema}.now()) AS scheduled,
            count(*) FILTER (WHERE j.status = 'running') AS running,
            count(*) FILTER (WHERE j.status = 'dead') AS dead,
+           count(*) FILTER (WHERE j.status = 'waiting') AS waiting,
            extract(epoch FROM {schema}.now() - min(j.run_at) FILTER (
                WHERE j.status = 'pending' AND j.run_at <= {schema}.now()))::float8 AS oldest_ready_age
     FROM {schema}.jobs AS j
@@ -709,6 +720,7 @@ SELECT queue,
        coalesce(live.scheduled, 0) AS scheduled,
        coalesce(live.running, 0) AS running,
        coalesce(live.dead, 0) AS dead,
+       coalesce(live.waiting, 0) AS waiting,
        live.oldest_ready_age,
        round(coalesce(done.completed, 0))::bigint AS completed_last_minute
 FROM live FULL JOIN done USING (queue)

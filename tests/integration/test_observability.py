@@ -187,8 +187,8 @@ async def test_prometheus_metrics_scraped_over_http(q: aioqueue.Queue) -> None:
     assert values[("aioqueue_job_duration_seconds_count", send_labels)] == 3
     assert values[("aioqueue_job_duration_seconds_sum", send_labels)] >= 0.03
     depth = {state: values[("aioqueue_queue_depth", (("queue", "mail"), ("state", state)))]
-             for state in ("pending", "ready", "scheduled", "running", "dead")}
-    assert depth == {"pending": 1, "ready": 0, "scheduled": 1, "running": 0, "dead": 1}
+             for state in ("pending", "ready", "scheduled", "running", "dead", "waiting")}
+    assert depth == {"pending": 1, "ready": 0, "scheduled": 1, "running": 0, "dead": 1, "waiting": 0}
 
 
 async def test_depth_gauges_drop_to_zero_when_a_queue_empties(q: aioqueue.Queue) -> None:
