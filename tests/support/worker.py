@@ -10,6 +10,8 @@ task it runs, its arguments and its worker's settings:
 - ``load DSN CONCURRENCY LEASE``: task ``work`` (:func:`register`) records each start and finish
   of a handler in ``runs`` (:data:`RUNS_TABLE`) with this process's pid, a few milliseconds
   apart, so a test that kills this process can tell which jobs were in flight at the kill.
+- ``workflows DSN CONCURRENCY LEASE``: the workflow tasks of :mod:`tests.support.workflow_steps`
+  (each step commits its effect row), with ``load``'s worker settings.
 - ``nap DSN SECONDS``: a default worker (only ``concurrency=5``) whose task ``nap`` (queue
   ``naps``) sleeps ``SECONDS`` and records its start, end and process in ``naps``
   (:data:`NAPS_TABLE`).
@@ -30,6 +32,7 @@ import anyio
 import asyncpg
 
 import aioqueue
+from tests.support import workflow_steps
 from tests.support.helpers import eventually
 
 SPANS_TABLE = "CREATE TABLE spans (job_id bigint, started timestamptz, ended timestamptz)"
@@ -109,9 +112,9 @@ async def nap(dsn: str, seconds: str) -> None:
         await queue.worker(concurrency=5).run()
 
 
-async def load(dsn: str, concurrency: str, lease: str) -> None:
+async def load(dsn: str, concurrency: str, lease: str, tasks: Callable[[aioqueue.Queue], object] = register) -> None:
     queue = aioqueue.Queue(dsn, pool_max_size=10)
-    register(queue)
+    tasks(queue)
     async with queue:
         seconds = float(lease)
         worker = queue.worker(
@@ -125,8 +128,12 @@ async def load(dsn: str, concurrency: str, lease: str) -> None:
         await worker.run()
 
 
+async def workflows(dsn: str, concurrency: str, lease: str) -> None:
+    await load(dsn, concurrency, lease, workflow_steps.register)
+
+
 Kind = Callable[..., Coroutine[Any, Any, None]]
-KINDS: dict[str, Kind] = {"hang": hang, "limited": limited, "load": load, "nap": nap}
+KINDS: dict[str, Kind] = {"hang": hang, "limited": limited, "load": load, "nap": nap, "workflows": workflows}
 
 
 def command(kind: str, *args: object) -> list[str]:

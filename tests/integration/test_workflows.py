@@ -3,27 +3,18 @@ policy, and refusals at enqueue (migration 0014)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import sys
-from pathlib import Path
 from typing import Any
 
 import anyio
 import asyncpg
 import pytest
-from anyio.abc import Process
 
 import aioqueue
 from aioqueue import Dependency, DependencyError, Workflow, chain, chord, group
 from aioqueue._maintenance import Maintenance
 from aioqueue.dashboard import create_app
-
-from . import workflow_worker
-from .cli_tools import aioqueue_cli
-from .dashboard_tools import client_for
-from .fault_tools import owned_server
+from tests.support.cli_tools import aioqueue_cli
+from tests.support.dashboard_tools import client_for
 
 
 async def test_a_dependant_waits_outside_the_ready_index_and_runs_after(
@@ -355,86 +346,6 @@ async def test_the_dashboard_shows_groups_and_the_graph_with_links(q: aioqueue.Q
         page = await client.get(f"/groups/{g.id}")
         counts = await g.counts()
         assert f'href="/jobs/{counts.callbacks["on_success"]}"' in page.text
-
-
-async def _spawn_workflow_worker(dsn: str, log: Path) -> Process:
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    with log.open("ab") as out:
-        return await anyio.open_process(
-            [sys.executable, "-m", "tests.workflow_worker", dsn, "10", "3.0"], env=env, stdout=out, stderr=out)
-
-
-@pytest.mark.slow
-async def test_workflows_survive_sigkill_every_two_seconds_and_a_server_restart(tmp_path: Path) -> None:
-    """1,000 workflows of 5 steps (a step, a fan-out of 3 in a group after it, the group's callback),
-    3 worker processes, one SIGKILLed every 2 s and replaced, the server stopped (immediate) and
-    started once: every workflow finishes, every step's effect row exists once, every group's
-    callback was enqueued once, and a step started again only after a kill of the process that
-    ran it. Killing stops once every workflow finished and no job is left."""
-    workflows = 1000
-    async with owned_server() as server:
-        db = await asyncpg.connect(server.dsn)
-        try:
-            for table in workflow_worker.TABLES:
-                await db.execute(table)
-            async with aioqueue.Queue(server.dsn) as queue:
-                await workflow_worker.enqueue_workflows(queue, workflows)
-        finally:
-            await db.close()
-        log = tmp_path / "workers.log"
-        procs = [await _spawn_workflow_worker(server.dsn, log) for _ in range(3)]
-        killed: set[int] = set()
-        restarted = False
-
-        async def finished() -> int:
-            conn = await asyncpg.connect(server.dsn)
-            try:
-                return int(await conn.fetchval(
-                    "SELECT count(*) FROM effects WHERE step = 'finish' AND NOT EXISTS (SELECT FROM aioqueue.jobs)"))
-            finally:
-                await conn.close()
-
-        try:
-            with anyio.fail_after(600):
-                while True:
-                    await anyio.sleep(2)
-                    with contextlib.suppress(OSError, asyncpg.PostgresError):
-                        if await finished() == workflows:
-                            break
-                    victim = procs.pop(0)
-                    with contextlib.suppress(ProcessLookupError):  # one started during the outage may have quit
-                        victim.send_signal(signal.SIGKILL)
-                    await victim.wait()
-                    killed.add(victim.pid)
-                    procs.append(await _spawn_workflow_worker(server.dsn, log))
-                    if not restarted and len(killed) == 3:
-                        await server.stop("immediate")
-                        await anyio.sleep(1)
-                        await server.start()
-                        restarted = True
-        finally:
-            for proc in procs:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
-                await proc.aclose()
-        assert restarted
-        db = await asyncpg.connect(server.dsn)
-        try:
-            assert await db.fetchval("SELECT count(*) FROM effects") == workflows * 5
-            per_wf = await db.fetch("SELECT wf, count(*) AS n FROM effects GROUP BY wf HAVING count(*) <> 5")
-            assert per_wf == []
-            assert await db.fetchval("SELECT count(*) FROM aioqueue.group_callbacks") == workflows
-            assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0  # nothing stuck or dead
-            assert await db.fetchval(
-                "SELECT count(*) FROM aioqueue.job_groups WHERE done_at IS NULL OR succeeded <> 3") == 0
-            # A step started again only after the process that ran it was killed.
-            again = await db.fetch(
-                "SELECT s.job_id, s.pid FROM starts AS s WHERE EXISTS (SELECT FROM starts AS t "
-                "WHERE t.job_id = s.job_id AND t.attempt > s.attempt)")
-            assert {r["pid"] for r in again} <= killed, again
-        finally:
-            await db.close()
 
 
 async def test_retrying_a_dead_job_resumes_its_workflow(q: aioqueue.Queue, db: asyncpg.Connection) -> None:

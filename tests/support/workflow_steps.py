@@ -1,5 +1,5 @@
-"""A worker process running workflows, for the workflow crash test:
-``python -m tests.workflow_worker DSN CONCURRENCY LEASE``.
+"""The workflow crash test's tasks and workflows (run by ``python -m tests.support.worker
+workflows DSN CONCURRENCY LEASE``).
 
 Each step of a workflow commits one row in ``effects`` (its job id, workflow, step) in a
 transaction of its own, keyed by job id, and records every start in ``starts`` with this
@@ -9,11 +9,8 @@ process.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
 import random
-import sys
 
 import anyio
 
@@ -64,19 +61,3 @@ async def enqueue_workflows(queue: aioqueue.Queue, n: int, members: int = 3) -> 
             await tasks["member"].options(conn=conn, after=[first], group=g).enqueue_many(
                 [{"wf": wf, "i": i} for i in range(members)])
             await g.close(conn=conn)
-
-
-async def main(dsn: str, concurrency: int, lease: float) -> None:
-    queue = aioqueue.Queue(dsn, pool_max_size=10)
-    register(queue)
-    async with queue:
-        worker = queue.worker(
-            concurrency=concurrency, lease=lease, heartbeat_interval=lease / 6, reap_interval=0.25,
-            poll_interval=0.2, grace_period=5.0,
-        )
-        await worker.run()
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.WARNING, format=f"[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3])))
