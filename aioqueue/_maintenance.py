@@ -2,9 +2,10 @@
 throughput counters that ``status`` reads.
 
 The reaper returns running jobs whose lease expired (their worker crashed, hung or lost its
-connection) to pending, or to dead when their attempts are spent. Retention deletes archived
-jobs older than the retention period in bounded batches. Both are single statements that skip
-rows other workers hold, so every worker may run them with no leader.
+connection) to pending, or to dead when their attempts are spent. Retention drops the
+archive's day partitions once past the retention period, and makes the days ahead. Each is a
+single statement that skips rows, or work, other workers hold, so every worker may run them
+with no leader.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ class Maintenance:
     """Jobs reaped so far."""
     passes: int = dataclasses.field(default=0, init=False)
     """Upkeep passes finished so far (what a test waits on to know the reaper has looked)."""
+    partitions_ahead: int = 2
+    """Days of archive partitions kept made ahead of today."""
+    partitions_dropped: int = dataclasses.field(default=0, init=False)
+    """Archive partitions dropped by retention so far."""
 
     async def reap(self) -> int:
         """Reap expired leases, a batch at a time, until none are left; return how many."""
@@ -64,16 +69,21 @@ class Maintenance:
         return total
 
     async def prune(self) -> int:
-        """Delete archived jobs past retention, a bounded batch per statement; return how many."""
+        """Make the archive's partitions for the days ahead, then retire the ones past
+        retention: whole partitions are dropped, and the rows past it in the two partitions
+        without a day (the pre-partitioning table, the default one) deleted a bounded batch per
+        statement. Returns the rows deleted (a dropped partition's rows are not counted)."""
+        async with self.db.connection() as conn:
+            await conn.fetchval(self.db.queries.archive_partitions, self.partitions_ahead)
         if self.archive_retention is None:
             return 0
         total = 0
         while True:
             async with self.db.connection() as conn:
-                status = await conn.execute(
-                    self.db.queries.prune_archive, self.archive_retention, self.prune_batch
-                )
-            deleted = int(status.split()[-1])
+                row = await conn.fetchrow(self.db.queries.prune_archive, self.archive_retention, self.prune_batch)
+            assert row is not None
+            deleted = int(row["deleted"])
+            self.partitions_dropped += int(row["dropped"])
             total += deleted
             if deleted < self.prune_batch:
                 return total

@@ -67,6 +67,7 @@ class Queries:
     extend_leases: str
     reap_expired: str
     prune_archive: str
+    archive_partitions: str
     get_job: str
     list_dead: str
     retry_dead: str

@@ -619,14 +619,13 @@ SELECT r.id, r.status, (SELECT count(*) FROM notified) + (SELECT count(*) FROM f
 FROM reaped AS r;
 
 -- name: prune_archive
--- Retention: delete up to $2 archived jobs that finished more than $1 seconds ago.
-WITH old AS (
-    SELECT d.id FROM {schema}.jobs_done AS d
-    WHERE d.finished_at < {schema}.now() - make_interval(secs => $1)
-    ORDER BY d.finished_at
-    LIMIT $2
-)
-DELETE FROM {schema}.jobs_done AS d USING old WHERE d.id = old.id;
+-- Retention (see archive_retire in migration 0016): drop the archive's partitions that ended
+-- more than $1 seconds ago, delete up to $2 such rows from each of those without a day.
+SELECT r.dropped, r.deleted FROM {schema}.archive_retire(make_interval(secs => $1), $2) AS r;
+
+-- name: archive_partitions
+-- Make the archive's partitions from today to $1 days ahead that are missing; how many.
+SELECT {schema}.archive_partitions($1);
 
 -- name: get_job
 -- One job by id, live or archived.
@@ -885,13 +884,14 @@ j.run_at, j.created_at, left(j.last_error, 500) AS last_error
 -- The rest of a listing, after its `candidates` (at most $6 rows, newest first, read through
 -- an index that matches them exactly or, for pending jobs, the primary key): the first $7 that
 -- match the filters left (`matched`, which reads the candidates only as far as it needs), and
--- the page's jobs by primary key. `scanned` and `scanned_to` say how far the read went when the
+-- the page's jobs (looked up by primary key, or the matched rows themselves). `scanned` and `scanned_to` say how far the read went when the
 -- page came up short (then every candidate was read; otherwise they are 0 and NULL, and nothing
 -- more is read), so a caller continues a sparse search from there. The one-row `s` keeps that
 -- summary when nothing matched. No ORDER BY over the candidates: they come out of their
--- (single, ordered) index scan newest first, and a sort would read all $6.
+-- (single, ordered) index scan, or a merge of the partitions' ordered scans, newest first, and
+-- a sort would read all $6.
 matched AS MATERIALIZED (
-    SELECT c.id FROM candidates AS c
+    SELECT c.* FROM candidates AS c
     WHERE c.status = $1
       AND ($2::text IS NULL OR c.queue = $2)
       AND ($3::text IS NULL OR c.task = $3)
@@ -970,23 +970,24 @@ WITH candidates AS MATERIALIZED (
 -- list_jobs over the archive: succeeded or cancelled jobs (status $1), read through the
 -- jobs_done index that matches the filter (queue: jobs_done_list_queue_idx; else task:
 -- jobs_done_list_task_idx; else jobs_done_list_status_idx); a task filter with a queue one
--- is applied to the candidates.
+-- is applied to the candidates. The page is the matched candidates, which carry every column
+-- it shows: looked up by id again, each row would probe every partition's id index.
 WITH candidates AS MATERIALIZED (
-    (SELECT d.id, d.status, d.queue, d.task, d.args
+    (SELECT d.id, d.status, d.queue, d.task, d.args, d.priority, d.attempts, d.created_at, d.finished_at
      FROM {schema}.jobs_done AS d
      WHERE d.status = $1 AND d.queue = $2
        AND d.id < coalesce($4::bigint, 9223372036854775807)
      ORDER BY d.id DESC
      LIMIT $6)
     UNION ALL
-    (SELECT d.id, d.status, d.queue, d.task, d.args
+    (SELECT d.id, d.status, d.queue, d.task, d.args, d.priority, d.attempts, d.created_at, d.finished_at
      FROM {schema}.jobs_done AS d
      WHERE $2::text IS NULL AND d.status = $1 AND d.task = $3
        AND d.id < coalesce($4::bigint, 9223372036854775807)
      ORDER BY d.id DESC
      LIMIT $6)
     UNION ALL
-    (SELECT d.id, d.status, d.queue, d.task, d.args
+    (SELECT d.id, d.status, d.queue, d.task, d.args, d.priority, d.attempts, d.created_at, d.finished_at
      FROM {schema}.jobs_done AS d
      WHERE $2::text IS NULL AND $3::text IS NULL AND d.status = $1
        AND d.id < coalesce($4::bigint, 9223372036854775807)
@@ -998,7 +999,7 @@ SELECT s.scanned, s.scanned_to, j.id, j.queue, j.task, j.args::text AS args, j.s
        j.attempts, j.attempts AS max_attempts, j.created_at AS run_at, j.created_at,
        NULL::text AS last_error, NULL::text AS locked_by, j.finished_at
 FROM s
-LEFT JOIN (matched AS m JOIN {schema}.jobs_done AS j ON j.id = m.id) ON true
+LEFT JOIN matched AS j ON true
 ORDER BY j.id DESC;
 
 -- name: get_job_detail

@@ -24,7 +24,7 @@ import aioqueue
 from aioqueue import _migrate as migrate
 from aioqueue import _queries as queries
 from aioqueue.testing import Clock, assert_enqueued, drain, inline, isolated, refute_enqueued
-from tests.support.helpers import running
+from tests.support.helpers import eventually, prune_archive, running
 from tests.support.plans import explain_generic, function_query, nodes, scans
 
 UTC = datetime.UTC
@@ -85,7 +85,7 @@ def test_every_statement_reads_the_queue_clock_but_the_registry() -> None:
     assert not wrong, f"statements reading another clock than {{schema}}.now(): {wrong}"
     used = {name for name, sql in queries.parse(text).items() if "{schema}.now()" in sql}
     assert {"claim", "fail", "reschedule", "extend_leases", "reap_expired", "enqueue",
-            "next_wakeup", "prune_archive", "database_now"} <= used
+            "next_wakeup", "database_now"} <= used
 
 
 async def test_every_function_and_default_reads_the_queue_clock_but_the_registry(db: asyncpg.Connection) -> None:
@@ -96,12 +96,13 @@ async def test_every_function_and_default_reads_the_queue_clock_but_the_registry
     assert bodies.pop("now") == "SELECT pg_catalog.now()"  # the clock itself: the transaction's now()
     wrong = {name: clock_readings(src, "aioqueue") for name, src in bodies.items()}
     assert not {k: v for k, v in wrong.items() if v}, wrong
-    assert {"claim_jobs", "add_job", "add_jobs"} <= {name for name, src in bodies.items() if "aioqueue.now()" in src}
+    clocked = {name for name, src in bodies.items() if "aioqueue.now()" in src}
+    assert {"claim_jobs", "add_job", "add_jobs", "archive_partitions", "archive_retire"} <= clocked
     defaults = await db.fetch(
         "SELECT c.relname, a.attname, pg_get_expr(d.adbin, d.adrelid) AS expr FROM pg_attrdef AS d "
         "JOIN pg_class AS c ON c.oid = d.adrelid "
         "JOIN pg_attribute AS a ON a.attrelid = d.adrelid AND a.attnum = d.adnum "
-        "WHERE c.relnamespace = 'aioqueue'::regnamespace"
+        "WHERE c.relnamespace = 'aioqueue'::regnamespace AND NOT c.relispartition"  # rows go in by the parent
     )
     timed = {(r["relname"], r["attname"]): r["expr"] for r in defaults if _TIME.search(r["expr"])}
     assert {k for k, expr in timed.items() if expr == "aioqueue.now()"} == {
@@ -369,18 +370,39 @@ async def test_a_rate_window_passes_when_the_clock_moves(app: aioqueue.Queue) ->
 
 
 async def test_retention_prunes_the_archive_by_the_queue_clock(app: aioqueue.Queue) -> None:
+    """The archive's days are made, and dropped, by the queue's clock: moved two days on, the
+    partition of the job's day is past an hour's retention, and goes with the job."""
+
     @app.task(archive=True)
     async def keep() -> int:
         return 1
 
     async with isolated(app):
         clock = Clock(app)
+        await clock.advance(days=2)  # past the upgrade's partition (to the next midnight)
+        async with app.connection() as conn:
+            assert await conn.fetchval(app.queries.archive_partitions, 2) >= 1
         await keep.enqueue()
         await drain(app)
         async with app.connection() as conn:
-            assert await conn.execute(app.queries.prune_archive, 3600.0, 100) == "DELETE 0"
-            await clock.advance(hours=2)
-            assert await conn.execute(app.queries.prune_archive, 3600.0, 100) == "DELETE 1"
+            job_day = await conn.fetchval(f"SELECT tableoid::regclass::text FROM {app.schema}.jobs_done")
+            assert job_day.startswith(f"{app.schema}.jobs_done_2")  # a day's own partition
+            # Retention runs one caller at a time (the drain's worker may still be finishing a
+            # pass: then this one does nothing and the next does it).
+            await eventually(lambda: _retired(conn, app, f"{app.schema}.jobs_done_legacy"), timeout=20,
+                             what="the partitions before the job's day to be dropped")
+            assert await conn.fetchval(f"SELECT count(*) FROM {app.schema}.jobs_done") == 1
+            await clock.advance(days=2)
+            await conn.fetchval(app.queries.archive_partitions, 2)
+            await eventually(lambda: _retired(conn, app, job_day), timeout=20, what="the job's day to be dropped")
+            assert await conn.fetchval(f"SELECT count(*) FROM {app.schema}.jobs_done") == 0
+
+
+async def _retired(conn: Any, app: aioqueue.Queue, partition: str) -> bool:
+    """Run retention (an hour) once; whether ``partition`` is gone. It never deletes a row."""
+    _, deleted = await prune_archive(conn, app.queries.prune_archive, 3600.0, 100)
+    assert deleted == 0
+    return await conn.fetchval(f"SELECT to_regclass('{partition}')") is None
 
 
 async def test_a_kept_claim_plan_sees_the_clock_move(app: aioqueue.Queue) -> None:

@@ -38,7 +38,7 @@ assert aioqueue.__file__.startswith(os.environ["OLD_CODE"]), aioqueue.__file__
 queue = aioqueue.Queue(os.environ["DSN"])
 
 
-@queue.task(queue="up")
+@queue.task(queue="up", **({"archive": True} if os.environ.get("ARCHIVE") else {}))
 async def mark(n: int) -> None:
     async with queue.pool.acquire() as conn:
         await conn.execute("INSERT INTO seen (n, who) VALUES ($1, 'old')", n)
@@ -87,8 +87,8 @@ def _old_release(version: int, into: Path) -> Path:
 
 
 @contextlib.asynccontextmanager
-async def _old_worker(dsn: str, code: Path) -> AsyncIterator[anyio.abc.Process]:
-    env = {"DSN": dsn, "OLD_CODE": str(code), "PATH": "/usr/bin:/bin"}
+async def _old_worker(dsn: str, code: Path, *, archive: bool = False) -> AsyncIterator[anyio.abc.Process]:
+    env = {"DSN": dsn, "OLD_CODE": str(code), "PATH": "/usr/bin:/bin", **({"ARCHIVE": "1"} if archive else {})}
     process = await anyio.open_process([sys.executable, "-c", OLD_WORKER], env=env, stdout=None, stderr=None)
     async with terminated_after(process, 30):
         yield process
@@ -141,6 +141,52 @@ async def test_old_workers_keep_working_across_each_migration_and_beside_new_one
         assert dead == [], dead  # no job failed, none ran twice
     finally:
         await db.close()
+
+
+ARCHIVED = 200_000
+
+
+async def test_partitioning_the_archive_keeps_it_under_archiving_workers_of_the_release_before(
+    empty_dsn: str, tmp_path: Path
+) -> None:
+    """The release before the archive was partitioned runs a task that archives, over an archive
+    of ARCHIVED jobs; the migration keeps every one of them (in place: the old table becomes a
+    partition), the old workers go on archiving into the partitioned table, and get_job finds
+    jobs archived before and after."""
+    [version] = [m.version for m in migrate.migrations() if m.name == "archive_partitions"]
+    code = await anyio.to_thread.run_sync(_old_release, version - 1, tmp_path)
+    db = await asyncpg.connect(empty_dsn)
+    q = for_schema("aioqueue")
+    try:
+        await db.execute("CREATE TABLE seen (n bigint PRIMARY KEY, who text NOT NULL)")
+        async with _old_worker(empty_dsn, code, archive=True) as old:
+            await eventually(lambda: _at_least(db, "old", 1), timeout=30, what="the old release to run jobs")
+            await db.execute(
+                "INSERT INTO aioqueue.jobs_done (id, queue, task, args, status, priority, attempts, created_at, "
+                "finished_at) SELECT 50000000 + g, 'up', 'mark', jsonb_build_object('n', g), 'succeeded', 0, 1, "
+                "now() - interval '3 days', now() - g * interval '1 second' FROM generate_series(1, $1) AS g",
+                ARCHIVED)
+            await _apply(db, version)
+            assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs_done_legacy WHERE id > 50000000") == ARCHIVED
+            assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs_done WHERE id > 50000000") == ARCHIVED
+            archived = int(await db.fetchval("SELECT count(*) FROM aioqueue.jobs_done WHERE id < 50000000"))
+            assert archived > 0
+            await eventually(lambda: _archived_more(db, archived), timeout=20,
+                             what="the old release to keep archiving after the migration")
+            row = await db.fetchrow(q.get_job, 50000001)
+            assert row is not None and row["status"] == "succeeded"
+            newest = await db.fetchval("SELECT max(id) FROM aioqueue.jobs_done WHERE id < 50000000")
+            row = await db.fetchrow(q.get_job, newest)
+            assert row is not None and row["status"] == "succeeded"
+            assert old.returncode is None
+        dead = await db.fetch("SELECT id, last_error FROM aioqueue.jobs WHERE status = 'dead'")
+        assert dead == [], dead
+    finally:
+        await db.close()
+
+
+async def _archived_more(db: asyncpg.Connection, than: int) -> bool:
+    return int(await db.fetchval("SELECT count(*) FROM aioqueue.jobs_done WHERE id < 50000000")) >= than + 20
 
 
 async def _more(db: asyncpg.Connection, than: int) -> bool:

@@ -107,3 +107,11 @@ async def reclaimed(q: aioqueue.Queue, db: asyncpg.Connection) -> tuple[aioqueue
     assert await q.reap() == 1
     [fresh] = await second.claim(1)
     return stale, fresh
+
+
+async def prune_archive(conn: Any, sql: str, retention: float, batch: int) -> tuple[int, int]:
+    """Run retention's statement ``sql`` (a schema's ``prune_archive``) once: (partitions
+    dropped, rows deleted)."""
+    row = await conn.fetchrow(sql, retention, batch)
+    assert row is not None
+    return int(row["dropped"]), int(row["deleted"])

@@ -1,0 +1,152 @@
+-- The archive, partitioned by finish time, so that retention drops a day whole instead of
+-- deleting its rows one by one (and vacuum never walks a day it is about to lose).
+--
+-- jobs_done becomes a table partitioned by range of finished_at: a partition a day (UTC days,
+-- by the queue's clock), named jobs_done_YYYYMMDD and created ahead by the workers' maintenance
+-- (archive_partitions below); jobs_done_default takes a row no day covers (the days ahead were
+-- not made, or a test moved the clock), so an archiving statement never fails for want of one.
+--
+-- Upgrading keeps the archive in place. The table as it was is renamed jobs_done_legacy and
+-- attached, with its indexes, as the partition of everything that finished before the next
+-- UTC midnight (or after its newest row, if that is later); the days after it are new
+-- partitions. Locks, held until this migration's transaction commits: ACCESS EXCLUSIVE on the
+-- old table, which ATTACH PARTITION reads once, sequentially, to check the bound (no index is
+-- built or rewritten, no row moves). Meanwhile the archive's readers (get_job, result(),
+-- listings) and the statements that archive (a succeeded job of an archiving task, a
+-- cancellation, and, because the statement names the table, every completion) wait; claims,
+-- enqueues and heartbeats do not. docs/howto/archive.md gives the measured length.
+--
+-- No primary key: a partitioned table's unique index must hold the partition key, which a
+-- lookup by id does not know. The id is unique already: it is the jobs row's identity, and the
+-- statement that writes the archive row deletes that jobs row. Every partition has an index on
+-- id (jobs_done_id_idx, declared on the parent only, so the old table keeps its unique
+-- jobs_done_legacy_pkey for it and nothing is built); a lookup by id reads each partition's.
+
+LOCK TABLE {schema}.jobs_done IN ACCESS EXCLUSIVE MODE;
+
+ALTER TABLE {schema}.jobs_done RENAME TO jobs_done_legacy;
+ALTER INDEX {schema}.jobs_done_pkey RENAME TO jobs_done_legacy_pkey;
+ALTER INDEX {schema}.jobs_done_finished_at_idx RENAME TO jobs_done_legacy_finished_at_idx;
+ALTER INDEX {schema}.jobs_done_list_status_idx RENAME TO jobs_done_legacy_list_status_idx;
+ALTER INDEX {schema}.jobs_done_list_queue_idx RENAME TO jobs_done_legacy_list_queue_idx;
+ALTER INDEX {schema}.jobs_done_list_task_idx RENAME TO jobs_done_legacy_list_task_idx;
+ALTER INDEX {schema}.jobs_done_group_idx RENAME TO jobs_done_legacy_group_idx;
+
+CREATE TABLE {schema}.jobs_done (
+    LIKE {schema}.jobs_done_legacy INCLUDING DEFAULTS INCLUDING CONSTRAINTS
+) PARTITION BY RANGE (finished_at);
+
+DO $migration$
+DECLARE
+    upper_bound timestamptz := date_trunc('day', greatest(
+        {schema}.now(), (SELECT max(finished_at) FROM {schema}.jobs_done_legacy)) AT TIME ZONE 'UTC')
+        AT TIME ZONE 'UTC' + interval '1 day';
+BEGIN
+    EXECUTE format(
+        'ALTER TABLE {schema}.jobs_done ATTACH PARTITION {schema}.jobs_done_legacy '
+        'FOR VALUES FROM (MINVALUE) TO (%L)', upper_bound);
+END
+$migration$;
+
+-- Declared on the parent, these find the old table's equal indexes and attach them.
+CREATE INDEX jobs_done_list_status_idx ON {schema}.jobs_done (status, id);
+CREATE INDEX jobs_done_list_queue_idx ON {schema}.jobs_done (queue, status, id);
+CREATE INDEX jobs_done_list_task_idx ON {schema}.jobs_done (task, status, id);
+CREATE INDEX jobs_done_group_idx ON {schema}.jobs_done (group_id, id) WHERE group_id IS NOT NULL;
+-- ON ONLY: every partition made from now on gets it; the old table answers with its pkey.
+CREATE INDEX jobs_done_id_idx ON ONLY {schema}.jobs_done (id);
+
+CREATE TABLE {schema}.jobs_done_default PARTITION OF {schema}.jobs_done DEFAULT;
+-- Rows here (and in the old table) are pruned one by one, oldest first, through this.
+CREATE INDEX jobs_done_default_finished_at_idx ON {schema}.jobs_done_default (finished_at);
+
+-- Make the partitions of the days from today (the queue's clock, UTC) to `ahead` days after it
+-- that no partition covers yet, moving into each the rows the default partition holds for its
+-- day. Returns how many it made. One caller at a time (a transaction-level advisory lock;
+-- the others return 0 at once); lock_timeout bounds the wait for the default partition.
+CREATE FUNCTION {schema}.archive_partitions(ahead int) RETURNS int
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    today timestamptz := date_trunc('day', {schema}.now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+    covered timestamptz;
+    day timestamptz;
+    part text;
+    made int := 0;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtext('aioqueue.archive.' || '{schema}')) THEN
+        RETURN 0;
+    END IF;
+    -- The end of the newest bounded partition: every day before it is covered (or retired).
+    SELECT max((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']*)''\)'))[1]::timestamptz)
+    INTO covered
+    FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+    WHERE i.inhparent = '{schema}.jobs_done'::regclass;
+    day := greatest(today, coalesce(covered, today));
+    WHILE day <= today + make_interval(days => ahead) LOOP
+        part := 'jobs_done_' || to_char(day AT TIME ZONE 'UTC', 'YYYYMMDD');
+        PERFORM set_config('lock_timeout', '2s', true);
+        EXECUTE format('CREATE TABLE {schema}.%I (LIKE {schema}.jobs_done INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', part);
+        EXECUTE format(
+            'WITH moved AS (DELETE FROM {schema}.jobs_done_default AS d '
+            'WHERE d.finished_at >= %L AND d.finished_at < %L RETURNING d.*) '
+            'INSERT INTO {schema}.%I SELECT * FROM moved', day, day + interval '1 day', part);
+        EXECUTE format('ALTER TABLE {schema}.jobs_done ATTACH PARTITION {schema}.%I FOR VALUES FROM (%L) TO (%L)',
+                       part, day, day + interval '1 day');
+        made := made + 1;
+        day := day + interval '1 day';
+    END LOOP;
+    RETURN made;
+END
+$$;
+
+-- Retention: drop every partition that ends at or before now() - `retention` (DROP TABLE: a
+-- catalog change, whatever its size), and delete, oldest first, up to `batch` rows older than
+-- that from each of the two partitions without a day (the old table and the default one).
+-- A day's rows therefore live at least `retention`, and at most a day longer. The drop waits
+-- at most a second for the parent's lock (in-flight archive writes hold it briefly); a drop
+-- that could not get it is left to the next pass. Returns (partitions dropped, rows deleted).
+CREATE FUNCTION {schema}.archive_retire(retention interval, batch int,
+                                        OUT dropped int, OUT deleted bigint)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cutoff timestamptz := {schema}.now() - retention;
+    part record;
+    n bigint;
+BEGIN
+    dropped := 0;
+    deleted := 0;
+    IF NOT pg_try_advisory_xact_lock(hashtext('aioqueue.archive.' || '{schema}')) THEN
+        RETURN;
+    END IF;
+    FOR part IN
+        SELECT c.relname,
+               (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']*)''\)'))[1]::timestamptz AS upper_bound
+        FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+        WHERE i.inhparent = '{schema}.jobs_done'::regclass
+    LOOP
+        IF part.upper_bound IS NOT NULL AND part.upper_bound <= cutoff THEN
+            BEGIN
+                PERFORM set_config('lock_timeout', '1s', true);
+                EXECUTE format('DROP TABLE {schema}.%I', part.relname);
+                dropped := dropped + 1;
+            EXCEPTION WHEN lock_not_available THEN
+                NULL;
+            END;
+        ELSIF part.relname IN ('jobs_done_legacy', 'jobs_done_default') THEN
+            EXECUTE format(
+                'DELETE FROM {schema}.%I AS d WHERE d.ctid = ANY (ARRAY('
+                'SELECT o.ctid FROM {schema}.%I AS o WHERE o.finished_at < $1 '
+                'ORDER BY o.finished_at LIMIT $2 FOR UPDATE SKIP LOCKED))', part.relname, part.relname)
+            USING cutoff, batch;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            deleted := deleted + n;
+        END IF;
+    END LOOP;
+END
+$$;
+
+SELECT {schema}.archive_partitions(2);
