@@ -28,6 +28,8 @@ from ._links import Call, Dependency
 from ._payload import UndecodableValue
 from ._relay import Relay, RelayStats
 from ._retry import Backoff
+from ._step_admin import StepInfo
+from ._steps import EventTimeout, StepNotRecorded, sleep, sleep_until, step, wait_for_event
 from ._task import Enqueuer, NamedTask, Task
 from ._version import __version__
 from ._worker import Worker, WorkerStats
@@ -45,6 +47,7 @@ __all__ = [
     "Dependency",
     "DependencyError",
     "Enqueuer",
+    "EventTimeout",
     "Group",
     "GroupCounts",
     "Job",
@@ -65,6 +68,8 @@ __all__ = [
     "Retry",
     "SchemaNotReadyError",
     "Snooze",
+    "StepInfo",
+    "StepNotRecorded",
     "Task",
     "UndecodableValue",
     "Upstream",
@@ -79,4 +84,8 @@ __all__ = [
     "chord",
     "current_job",
     "group",
+    "sleep",
+    "sleep_until",
+    "step",
+    "wait_for_event",
 ]

@@ -2,7 +2,7 @@
 of outcomes.
 
 Handlers hand their outcome to the completer without waiting (``succeeded``, ``failed``,
-``rescheduled``, ``cancelled``; the worker gives back claimed jobs it never started the same
+``rescheduled``, ``cancelled``, ``suspended``; the worker gives back claimed jobs it never started the same
 way); its loop writes each kind with one statement for up to ``batch_size`` buffered jobs,
 flushing when the buffer reaches ``batch_size`` or ``interval`` after the first outcome arrived,
 and always on shutdown. The producer's claimed rows that no handler can be called for are made
@@ -57,13 +57,14 @@ class _Batch:
     failures: list[_Failure] = dataclasses.field(default_factory=list)
     reschedules: list[tuple[int, int, float, str | None]] = dataclasses.field(default_factory=list)
     cancels: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    suspends: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.done_ids) + len(self.failures) + len(self.reschedules) + len(self.cancels)
+        return len(self.done_ids) + len(self.failures) + len(self.reschedules) + len(self.cancels) + len(self.suspends)
 
     def split(self, n: int) -> tuple[_Batch, _Batch]:
-        """The first ``n`` outcomes (successes first, then failures, reschedules, cancels), and
-        the rest."""
+        """The first ``n`` outcomes (successes first, then failures, reschedules, cancels,
+        suspends), and the rest."""
         if len(self) <= n:
             return self, _Batch()
         k = min(n, len(self.done_ids))
@@ -76,7 +77,10 @@ class _Batch:
         k = min(n, len(self.reschedules))
         head.reschedules, rest.reschedules = self.reschedules[:k], self.reschedules[k:]
         n -= k
-        head.cancels, rest.cancels = self.cancels[:n], self.cancels[n:]
+        k = min(n, len(self.cancels))
+        head.cancels, rest.cancels = self.cancels[:k], self.cancels[k:]
+        n -= k
+        head.suspends, rest.suspends = self.suspends[:n], self.suspends[n:]
         return head, rest
 
     def claims(self) -> list[ClaimKey]:
@@ -86,6 +90,7 @@ class _Batch:
             *((f.job_id, f.attempt) for f in self.failures),
             *((r[0], r[1]) for r in self.reschedules),
             *self.cancels,
+            *self.suspends,
         ]
 
 
@@ -166,6 +171,12 @@ class Completer:
         self._batch.reschedules.append((job.id, job.attempt, delay, note))
         self._arrived()
 
+    def suspended(self, job: Job) -> None:
+        """Record that ``job``'s handler stopped at a sleep or an event wait: back to pending,
+        due when it wakes (see ``aioqueue._steps``), without spending an attempt."""
+        self._batch.suspends.append((job.id, job.attempt))
+        self._arrived()
+
     def cancelled(self, job: Job) -> None:
         """Record that ``job``'s handler was cancelled on request: archive it as cancelled."""
         self._batch.cancels.append((job.id, job.attempt))
@@ -240,6 +251,7 @@ class Completer:
         batch.failures += new.failures
         batch.reschedules += new.reschedules
         batch.cancels += new.cancels
+        batch.suspends += new.suspends
         if len(batch):
             self._ready.set()
 
@@ -286,3 +298,8 @@ class Completer:
             b = stmts.finish_cancelled(ids=[x[0] for x in c], attempts=[x[1] for x in c], commit_mode=mode)
             await conn.execute(b.sql, *b.args)
             batch.cancels = []
+        if batch.suspends:
+            s = batch.suspends
+            b = stmts.suspend(ids=[x[0] for x in s], attempts=[x[1] for x in s], commit_mode=mode)
+            await conn.execute(b.sql, *b.args)
+            batch.suspends = []

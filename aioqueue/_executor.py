@@ -27,6 +27,7 @@ from ._errors import Abort, Retry, Snooze
 from ._job import Job, _current
 from ._outcome import HandlerTimeout, Interrupt, Outcome, _Attempt, _attempt, decide
 from ._retry import Backoff
+from ._steps import Suspended
 from .middleware import call_with_middleware
 
 if TYPE_CHECKING:
@@ -138,7 +139,10 @@ class Executor:
             self._fail(job, outcome, describe_error(exc), task=task, started=started)
         except Snooze as exc:
             self._count(job, "snoozed", started)
-            self.completer.rescheduled(job, exc.delay)
+            if isinstance(exc, Suspended):  # at a sleep or an event wait: due when it wakes
+                self.completer.suspended(job)
+            else:
+                self.completer.rescheduled(job, exc.delay)
         except Retry as exc:
             reason = exc.reason or "handler asked for a retry"
             self._fail(job, decide(job, exc), f"Retry: {reason}", task=task, delay=exc.delay, started=started)

@@ -1,5 +1,5 @@
 """Periodic upkeep every worker runs: the reaper, archive retention, and pruning of the
-throughput counters that ``status`` reads.
+throughput counters that ``status`` reads and of the durable steps of jobs that are gone.
 
 The reaper returns running jobs whose lease expired (their worker crashed, hung or lost its
 connection) to pending, or to dead when their attempts are spent. Retention drops the
@@ -99,6 +99,18 @@ class Maintenance:
         async with self.db.connection() as conn:
             return int(await conn.fetchval(self.db.queries.release_stranded, 1000))
 
+    async def prune_steps(self) -> int:
+        """Delete the durable steps of jobs that are gone (finished without an archive, or
+        pruned from it), a bounded batch of jobs per statement; return how many rows."""
+        total = 0
+        while True:
+            async with self.db.connection() as conn:
+                status = await conn.execute(self.db.queries.prune_steps, self.prune_batch)
+            deleted = int(status.split()[-1])
+            total += deleted
+            if deleted == 0:
+                return total
+
     async def prune_stats(self) -> int:
         """Delete throughput counters (``queue_stats``) older than an hour; return how many."""
         async with self.db.connection() as conn:
@@ -116,7 +128,7 @@ class Maintenance:
         """Run upkeep at start and then every ``reap_interval`` until cancelled (``reaped``: the
         caller has just reaped, so the first pass does not)."""
         while True:
-            for step in (self.reap, self.prune, self.prune_stats, self.release_stranded):
+            for step in (self.reap, self.prune, self.prune_steps, self.prune_stats, self.release_stranded):
                 if reaped and step == self.reap:
                     reaped = False
                     continue

@@ -1,6 +1,7 @@
 """The operator calls of a :class:`~aioqueue.Queue`: read jobs and queues, retry or purge dead
 jobs, cancel, pause and limit queues, wait for results, reap. Each is a thin call of the
-queue's :class:`~aioqueue._admin.Admin`, which the command line and the dashboard use too."""
+queue's :class:`~aioqueue._admin.Admin` (and, for durable steps and events,
+:class:`~aioqueue._step_admin.StepAdmin`), which the command line and the dashboard use too."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._admin import Admin
-from ._job import JobInfo
+from ._job import Connection, JobInfo
+from ._step_admin import StepAdmin, StepInfo
 
 
 class Operations:
@@ -82,3 +84,22 @@ class Operations:
         """Return jobs with expired leases to pending (or dead); return how many were reaped.
         ``limit`` is how many one statement takes; the call reaps them all."""
         return await self.admin.reap(limit)
+
+    async def send_event(
+        self, event: str, payload: Any = None, *, key: str | None = None, conn: Connection | None = None
+    ) -> int:
+        """Send ``event`` (with ``key``, if given) and its JSON ``payload`` to the jobs waiting for
+        it in :func:`~aioqueue.wait_for_event`; return how many waits it reached (an event no
+        job waits for is not kept). With ``conn``, it is sent in that connection's transaction:
+        the waiters wake when it commits, and not at all if it rolls back."""
+        return await StepAdmin(self.admin.db).send_event(event, payload, key=key, conn=conn)
+
+    async def job_steps(self, job_id: int) -> list[StepInfo]:
+        """The durable steps, sleeps and event waits job ``job_id`` stored, first reached first."""
+        return await StepAdmin(self.admin.db).job_steps(job_id)
+
+    async def list_waits(self, *, event: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Jobs sleeping or waiting for an event (only ``event``'s, if given), soonest to wake
+        first, at most ``limit``: job_id, queue, task, name, occurrence, kind, state, event,
+        event_key, wake_at, created_at."""
+        return await StepAdmin(self.admin.db).list_waits(event=event, limit=limit)

@@ -107,6 +107,13 @@ class Queries:
     upstream_results: str
     workflow_of: str
     release_stranded: str
+    load_steps: str
+    record_step: str
+    settle_step: str
+    suspend: str
+    send_event: str
+    list_waits: str
+    prune_steps: str
 
 
 def parse(text: str) -> dict[str, str]:

@@ -126,6 +126,11 @@ class Statements:
         ch = self.channels
         return Bound(self.queries.reschedule, (ids, attempts, delays, notes, ch.jobs, ch.due, commit_mode))
 
+    def suspend(self, *, ids: Sequence[int], attempts: Sequence[int], commit_mode: str | None) -> Bound:
+        """Put back to pending, due when they wake, the claims whose handlers stopped at a sleep
+        or an event wait (``suspend_jobs()`` of the steps migration)."""
+        return Bound(self.queries.suspend, (ids, attempts, commit_mode))
+
     def finish_cancelled(self, *, ids: Sequence[int], attempts: Sequence[int], commit_mode: str | None) -> Bound:
         """Archive as cancelled the claims whose handlers were cancelled on request."""
         ch = self.channels

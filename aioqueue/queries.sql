@@ -1266,3 +1266,83 @@ ORDER BY n.id;
 -- Settle up to $1 waiting jobs whose dependencies were finished by workers of a release before
 -- workflows (see release_stranded() in migration 0014); returns how many.
 SELECT {schema}.release_stranded($1);
+
+-- name: load_steps
+-- Every step job $1's handler stored (docs/howto/durable-steps.md), read once when a run of the
+-- handler reaches its first step, and by the operator views; `now` is the queue's clock.
+SELECT s.name, s.occurrence, s.kind, s.state, s.result::text AS result, s.wake_at, s.event, s.event_key,
+       s.created_at, s.updated_at, {schema}.now() AS now
+FROM {schema}.job_steps AS s
+WHERE s.job_id = $1
+ORDER BY s.created_at, s.name, s.occurrence;
+
+-- fragment: step_held
+-- The claim a step's write is fenced by: job $1 still running as attempt $2, its row locked
+-- FOR SHARE until the write's transaction ends, so the reaper cannot hand the job to another
+-- worker between the check and the commit (it waits, or skips the row until the next pass).
+held AS (
+    SELECT j.id FROM {schema}.jobs AS j
+    WHERE j.id = $1 AND j.attempts = $2 AND j.status = 'running'
+    FOR SHARE
+)
+
+-- name: record_step
+-- Store a step of job $1 (attempt $2): name $3, occurrence $4, kind $5, state $6, result $7
+-- (JSON text), waking at $8 or, when $8 is NULL, $9 seconds from now (NULL: no wake time), for
+-- event $10 with key $11. Returns nothing when the claim is no longer held or the step is
+-- already stored (then another attempt of the job runs: the claim is lost too).
+WITH {step_held}
+INSERT INTO {schema}.job_steps AS s (job_id, name, occurrence, kind, state, result, wake_at, event, event_key)
+SELECT h.id, $3, $4, $5, $6, $7::jsonb,
+       coalesce($8::timestamptz, {schema}.now() + make_interval(secs => $9::float8)), $10, $11
+FROM held AS h
+ON CONFLICT (job_id, name, occurrence) DO NOTHING
+RETURNING s.state, s.result::text AS result, s.wake_at, {schema}.now() AS now;
+
+-- name: settle_step
+-- Move on a sleep or event wait of job $1 (attempt $2), name $3, occurrence $4, as far as it
+-- can go now: a received event is taken ('done'), an open wait past its wake time ends
+-- ('done' for a sleep, 'timed_out' for an event). Returns its state after (and the event's
+-- payload); nothing when the claim is no longer held.
+WITH {step_held}
+UPDATE {schema}.job_steps AS s
+SET state = CASE
+        WHEN s.state = 'received' THEN 'done'
+        WHEN s.state = 'waiting' AND s.wake_at <= {schema}.now() THEN
+            CASE WHEN s.kind = 'sleep' THEN 'done' ELSE 'timed_out' END
+        ELSE s.state
+    END,
+    updated_at = {schema}.now()
+FROM held AS h
+WHERE s.job_id = h.id AND s.name = $3 AND s.occurrence = $4
+RETURNING s.state, s.result::text AS result, s.wake_at, {schema}.now() AS now;
+
+-- name: suspend
+-- The completer's write for handlers that stopped at a sleep or an event wait: see
+-- suspend_jobs() (claims $1, $2; $3: the commit mode).
+SELECT count(*) FROM {schema}.suspend_jobs((SELECT $1::bigint[]), (SELECT $2::int[]), $3::text);
+
+-- name: send_event
+-- Deliver event $1 with key $2 and JSON payload $3 to the jobs waiting for it: see send_event().
+SELECT {schema}.send_event($1::text, $2::text, $3::jsonb);
+
+-- name: list_waits
+-- Open sleeps and event waits (and events received but not yet taken), the soonest to wake
+-- first, at most $1; $2: only those of this event name (NULL: all).
+SELECT s.job_id, j.queue, j.task, s.name, s.occurrence, s.kind, s.state, s.event, s.event_key, s.wake_at,
+       s.created_at
+FROM {schema}.job_steps AS s
+LEFT JOIN {schema}.jobs AS j ON j.id = s.job_id
+WHERE s.state IN ('waiting', 'received') AND ($2::text IS NULL OR s.event = $2::text)
+ORDER BY s.wake_at, s.job_id
+LIMIT $1;
+
+-- name: prune_steps
+-- Retention: delete the steps of up to $1 jobs that are neither live nor archived any more.
+WITH gone AS (
+    SELECT DISTINCT s.job_id FROM {schema}.job_steps AS s
+    WHERE NOT EXISTS (SELECT FROM {schema}.jobs AS j WHERE j.id = s.job_id)
+      AND NOT EXISTS (SELECT FROM {schema}.jobs_done AS d WHERE d.id = s.job_id)
+    LIMIT $1
+)
+DELETE FROM {schema}.job_steps AS s USING gone WHERE s.job_id = gone.job_id;
