@@ -2,7 +2,8 @@
 it completes, and a later run of the same job (a retry, a reaped or interrupted attempt, the
 wake-up after a sleep) returns what was stored instead of doing it again.
 
-A run of a handler loads every stored step of its job with one query, at its first step. A step
+A run of a handler loads every stored step of its job with one query, at its first step (none
+at the job's first attempt, which cannot have any). A step
 is found again by its name and occurrence (the n-th call of that name in the run), so a handler
 must reach its steps in the same order each time it runs. A sleep or a wait that is not over
 ends the run with :class:`Suspended`, which the executor hands to the completer: the job goes
@@ -132,8 +133,13 @@ async def _current_run(call: str) -> _Run:
         db = _database.get()
     except LookupError:
         raise AioqueueError(f"aioqueue.{call}(): this job was not started by an aioqueue worker") from None
-    async with db.connection() as conn:
-        rows = await conn.fetch(db.queries.load_steps, job.id)
+    if job.attempt == 1:
+        # The job's first run ever (attempts never go down; every later run, a retry, a resumed
+        # sleep, a reaped or interrupted attempt, claims a higher one): nothing is stored yet.
+        rows = []
+    else:
+        async with db.connection() as conn:
+            rows = await conn.fetch(db.queries.load_steps, job.id)
     run = _Run(job, db, {(r["name"], r["occurrence"]): _from_row(r) for r in rows})
     _run.set(run)
     return run

@@ -27,6 +27,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from ._job import Job
+from ._steps import Suspended
 from .middleware import outcome
 
 if TYPE_CHECKING:
@@ -44,7 +45,9 @@ class PrometheusMetrics:
     Metrics, each labelled by ``queue`` and ``task``:
     ``aioqueue_jobs_started_total``, ``aioqueue_jobs_completed_total`` (succeeded),
     ``aioqueue_jobs_failed_total`` (failed attempts, retried or dead), ``aioqueue_jobs_dead_total``,
-    ``aioqueue_job_duration_seconds`` (histogram, every attempt that ran to an end). By ``queue``
+    ``aioqueue_job_duration_seconds`` (histogram, every attempt that ran to an end),
+    ``aioqueue_jobs_suspended_total`` (runs that stopped at a durable sleep or event wait and
+    gave their slot back, see ``aioqueue.sleep``). By ``queue``
     and ``state`` (pending, ready, scheduled, running, dead): ``aioqueue_queue_depth``; by
     ``queue``: ``aioqueue_queue_oldest_ready_age_seconds``.
     """
@@ -71,6 +74,9 @@ class PrometheusMetrics:
         )
         self.duration = prometheus_client.Histogram(
             "job_duration_seconds", "Time a handler ran, per attempt.", labels, buckets=buckets, **common
+        )
+        self.suspended = prometheus_client.Counter(
+            "jobs_suspended", "Handler runs that stopped at a durable sleep or event wait.", labels, **common
         )
         self.depth = prometheus_client.Gauge(
             "queue_depth", "Jobs in the queue, by state.", ("queue", "state"), **common
@@ -140,7 +146,7 @@ class PrometheusMetrics:
 class _Series:
     """The labelled children of one (queue, task), looked up once."""
 
-    __slots__ = ("completed", "dead", "duration", "failed", "started")
+    __slots__ = ("completed", "dead", "duration", "failed", "started", "suspended")
 
     def __init__(self, metrics: PrometheusMetrics, queue: str, task: str) -> None:
         self.started = metrics.started.labels(queue, task)
@@ -148,6 +154,7 @@ class _Series:
         self.failed = metrics.failed.labels(queue, task)
         self.dead = metrics.dead.labels(queue, task)
         self.duration = metrics.duration.labels(queue, task)
+        self.suspended = metrics.suspended.labels(queue, task)
 
 
 class _Observation:
@@ -170,6 +177,8 @@ class _Observation:
         series = self._series
         result = outcome(self._job, exc)
         if result == "interrupted" or result == "snoozed":
+            if isinstance(exc, Suspended):
+                series.suspended.inc()
             return  # not an ending: the attempt runs again
         series.duration.observe(time.perf_counter() - self._started)
         if result == "succeeded":

@@ -4,17 +4,25 @@ claim; sleeps and waits give the slot back and resume on the queue's clock or an
 from __future__ import annotations
 
 import datetime
+import json
 from typing import Any
 
 import anyio
 import asyncpg
 import pytest
+from prometheus_client import CollectorRegistry
 
 import aioqueue
 from aioqueue._steps import Suspended
+from aioqueue.dashboard import create_app
+from aioqueue.metrics import PrometheusMetrics
 from aioqueue.testing import Clock, drain
 
+from .cli_tools import aioqueue_cli
+from .dashboard_tools import SERVED, client_for
 from .helpers import running
+
+HOSTILE = '<script>alert("x")</script>'
 
 
 async def _steps(db: asyncpg.Connection) -> list[tuple[str, int, str, str]]:
@@ -369,3 +377,73 @@ async def test_operator_views_of_a_jobs_steps(q: aioqueue.Queue) -> None:
         await q.send_event("go", object())
     with pytest.raises(aioqueue.ConfigurationError, match="positive integer"):
         await q.job_steps(0)
+
+
+async def test_the_command_line_shows_steps_and_waits_and_sends_events(
+    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection
+) -> None:
+    async def one() -> dict[str, int]:
+        return {"n": 1}
+
+    @q.task(archive=True)
+    async def job() -> Any:
+        await aioqueue.step("one", one)
+        return await aioqueue.wait_for_event("go", key="k", timeout=3600)
+
+    ref = await job.enqueue()
+    await drain(q)
+    status, out, err = await aioqueue_cli("steps", str(ref), dsn=dsn)
+    assert status == 0, err
+    assert out.splitlines()[0].split() == ["STEP", "#", "KIND", "STATE", "WAKES", "(UTC)", "RESULT"]
+    assert "one" in out and '{"n": 1}' in out and "waiting" in out
+    status, out, err = await aioqueue_cli("waits", "--json", dsn=dsn)
+    assert status == 0, err
+    assert [(w["job_id"], w["event"], w["event_key"]) for w in json.loads(out)] == [(ref, "go", "k")]
+    status, out, err = await aioqueue_cli("send-event", "go", "--key", "k", "--payload", '{"x": 2}', dsn=dsn)
+    assert status == 0 and "reached 1 waiting job(s)" in out, (out, err)
+    status, out, err = await aioqueue_cli("send-event", "go", "--payload", "{oops", dsn=dsn)
+    assert status == 2 and "not JSON" in err
+    await drain(q)
+    assert await ref.result(timeout=10) == {"x": 2}
+    status, out, err = await aioqueue_cli("waits", dsn=dsn)
+    assert status == 0 and "no job sleeps" in out, (out, err)
+
+
+async def test_the_dashboard_job_page_shows_steps_and_waits(q: aioqueue.Queue) -> None:
+    async def hostile() -> str:
+        return HOSTILE
+
+    @q.task
+    async def job() -> None:
+        await aioqueue.step("greet", hostile)
+        await aioqueue.wait_for_event("go", key=HOSTILE, timeout=3600)
+
+    @q.task
+    async def plain() -> None:
+        pass
+
+    ref = await job.enqueue()
+    other = await plain.options(delay=3600).enqueue()
+    await drain(q)
+    async with client_for(create_app(q), SERVED, origin=SERVED) as client:
+        text = (await client.get(f"/jobs/{ref}")).text
+        assert 'id="job-steps"' not in (await client.get(f"/jobs/{other}")).text
+    assert 'id="job-steps"' in text
+    assert "<td>greet</td>" in text and "<td>event</td>" in text and "<td>waiting</td>" in text
+    assert "<script>alert" not in text and "&lt;script&gt;" in text
+
+
+async def test_metrics_count_runs_that_stopped_at_a_sleep(q: aioqueue.Queue) -> None:
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    q.use(metrics)
+
+    @q.task
+    async def nap() -> None:
+        await aioqueue.sleep(3600)
+
+    await nap.enqueue()
+    await drain(q)
+    labels = {"queue": "default", "task": "nap"}
+    assert registry.get_sample_value("aioqueue_jobs_suspended_total", labels) == 1
+    assert registry.get_sample_value("aioqueue_jobs_failed_total", labels) in (None, 0)

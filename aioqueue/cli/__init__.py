@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from .._errors import AioqueueError, ConfigurationError, SchemaNotReadyError
 from .._supervisor import report, report_fd_from_env
-from . import _dashboard, _operate, _relay, _worker, _workflows
+from . import _dashboard, _operate, _relay, _steps, _worker, _workflows
 from ._common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, run_async
 from ._parser import build_parser
 
@@ -50,6 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_async(_relay.run_outbox, args)
         if args.command in ("workflow", "group"):
             return run_async(_workflows.run, args)
+        if args.command in _steps.COMMANDS:
+            return run_async(_steps.run, args)
         return run_async(_operate.run, args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

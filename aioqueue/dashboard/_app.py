@@ -214,7 +214,8 @@ class Dashboard:
         job = await self.admin.job_detail(job_id)
         if job is None:
             return self.render(request, "missing.html", 404, nav="jobs", job_id=job_id)
-        return self.render(request, "job.html", nav="jobs", job=job)
+        steps = await self.queue.job_steps(job_id)  # its durable steps, sleeps and event waits
+        return self.render(request, "job.html", nav="jobs", job=job, steps=steps)
 
     async def periodic_page(self, request: Request) -> Response:
         await self._who(request, "view")

@@ -19,6 +19,7 @@ from . import (
     memory,
     outbox,
     scaling,
+    steps,
     workflows,
 )
 
@@ -37,6 +38,7 @@ SCENARIOS: dict[str, Scenario] = {
     "outbox": outbox.plan,
     "io-bound": io_bound.plan,
     "workflows": workflows.plan,
+    "steps": steps.plan,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]

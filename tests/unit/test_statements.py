@@ -37,6 +37,7 @@ ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         "ids", "attempts", "delays", "notes", "channel.jobs", "channel.due", "commit_mode",
     )),
     "finish_cancelled": (("finish_cancelled",), ("ids", "attempts", "channel.jobs", "channel.done", "commit_mode")),
+    "suspend": (("suspend",), ("ids", "attempts", "commit_mode")),
     "enqueue_one": (("enqueue",), (*JOB_COLUMNS, "args", "key", "channel.jobs", "channel.due", "group")),
     "enqueue_batch": (("enqueue_many", "enqueue_many_keyed"), (
         *JOB_COLUMNS, "args", "channel.jobs", "channel.due", "keys", "group",
