@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -59,6 +60,10 @@ class Maintenance:
     """Days of archive partitions kept made ahead of today."""
     partitions_dropped: int = dataclasses.field(default=0, init=False)
     """Archive partitions dropped by retention so far."""
+    steps_interval: float = 300.0
+    """Seconds between two prunings of the steps of jobs that are gone (it reads all of
+    ``job_steps``: far less often than the reaper)."""
+    _steps_pruned_at: float = dataclasses.field(default=-math.inf, init=False)
 
     async def reap(self) -> int:
         """Reap expired leases, a batch at a time, until none are left; return how many."""
@@ -102,6 +107,9 @@ class Maintenance:
     async def prune_steps(self) -> int:
         """Delete the durable steps of jobs that are gone (finished without an archive, or
         pruned from it), a bounded batch of jobs per statement; return how many rows."""
+        if time.monotonic() - self._steps_pruned_at < self.steps_interval:
+            return 0
+        self._steps_pruned_at = time.monotonic()
         total = 0
         while True:
             async with self.db.connection() as conn:

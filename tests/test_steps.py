@@ -19,6 +19,7 @@ from anyio.abc import Process
 from prometheus_client import CollectorRegistry
 
 import aioqueue
+from aioqueue._maintenance import Maintenance
 from aioqueue._steps import Suspended
 from aioqueue.dashboard import create_app
 from aioqueue.metrics import PrometheusMetrics
@@ -505,3 +506,55 @@ async def test_sigkilled_workers_commit_each_steps_side_effect_exactly_once(
     counts = await db.fetch("SELECT job_id, step, count(*) AS n FROM effects GROUP BY job_id, step")
     assert len(counts) == jobs * 5
     assert [tuple(r) for r in counts if r["n"] != 1] == []  # every committed step's effect exactly once
+
+
+async def test_a_dead_job_retried_resumes_after_its_stored_steps(q: aioqueue.Queue) -> None:
+    charged: list[int] = []
+    broken = [True]
+
+    async def charge() -> int:
+        charged.append(1)
+        return 5
+
+    @q.task(max_attempts=1)
+    async def order() -> int:
+        amount = int(await aioqueue.step("charge", charge))
+        if broken:
+            raise RuntimeError("the warehouse is down")
+        return amount
+
+    ref = await order.enqueue()
+    assert [a.outcome for a in await drain(q)] == ["dead"]
+    broken.clear()
+    assert await q.retry_dead([ref]) == [ref]
+    assert [(a.outcome, a.result) for a in await drain(q)] == [("succeeded", 5)]
+    assert charged == [1]
+
+
+async def test_maintenance_prunes_the_steps_of_jobs_that_are_gone(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    async def one() -> int:
+        return 1
+
+    @q.task
+    async def gone() -> None:
+        await aioqueue.step("one", one)
+
+    @q.task(archive=True)
+    async def kept() -> None:
+        await aioqueue.step("one", one)
+
+    @q.task
+    async def asleep() -> None:
+        await aioqueue.step("one", one)
+        await aioqueue.sleep(3600)
+
+    refs = [await gone.enqueue(), await kept.enqueue(), await asleep.enqueue()]
+    await drain(q)
+    maintenance = Maintenance(q.database, reap_interval=60, archive_retention=None, prune_batch=1)
+    await maintenance.prune_steps()
+    stored = await db.fetch("SELECT DISTINCT job_id FROM aioqueue.job_steps ORDER BY job_id")
+    assert [r["job_id"] for r in stored] == refs[1:]
+    # Far less often than the reaper: a second pass right after reads nothing.
+    await db.execute("DELETE FROM aioqueue.jobs_done")
+    assert await maintenance.prune_steps() == 0
+    assert await db.fetchval("SELECT count(DISTINCT job_id) FROM aioqueue.job_steps") == 2
