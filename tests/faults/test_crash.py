@@ -21,6 +21,7 @@ import pytest
 from anyio.abc import Process
 
 import aioqueue
+from tests.support.fault_tools import stop_processes
 from tests.support.helpers import eventually
 from tests.support.worker import RUNS_TABLE, command, register
 
@@ -89,17 +90,7 @@ async def crash_run(
             timeout=timeout, interval=0.05, what="every job to complete",
         )
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        with anyio.move_on_after(15):
-            for proc in procs:
-                await proc.wait()
-        for proc in procs:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-        for proc in procs:
-            await proc.aclose()
+        await stop_processes(procs)
 
     rows = await db.fetch("SELECT job_id, n, attempt, pid, event FROM runs ORDER BY at")
     starts: dict[int, list[tuple[int, int]]] = {}

@@ -107,7 +107,8 @@ async def test_every_function_and_default_reads_the_queue_clock_but_the_registry
     timed = {(r["relname"], r["attname"]): r["expr"] for r in defaults if _TIME.search(r["expr"])}
     assert {k for k, expr in timed.items() if expr == "aioqueue.now()"} == {
         ("jobs", "run_at"), ("jobs", "created_at"), ("jobs_done", "finished_at"), ("queues", "updated_at"),
-        ("periodic", "updated_at"), ("job_groups", "created_at"),
+        ("periodic", "updated_at"), ("job_groups", "created_at"), ("job_steps", "created_at"),
+        ("job_steps", "updated_at"),
     }
     assert {k for k, expr in timed.items() if expr == "now()"} == WALL_CLOCK_COLUMNS
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import asyncpg
+from anyio.abc import Process
 
 import aioqueue
 from aioqueue import _migrate as migrate
@@ -143,3 +145,17 @@ class Churn:
             self.wanted = anyio.Event()
             with anyio.move_on_after(1.0):
                 await self.wanted.wait()
+
+
+async def stop_processes(procs: Sequence[Process], grace: float = 15.0) -> None:
+    """SIGTERM every process, give them ``grace`` seconds together, kill those left, close all."""
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    with anyio.move_on_after(grace):
+        for proc in procs:
+            await proc.wait()
+    for proc in procs:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await proc.aclose()

@@ -12,6 +12,10 @@ task it runs, its arguments and its worker's settings:
   apart, so a test that kills this process can tell which jobs were in flight at the kill.
 - ``workflows DSN CONCURRENCY LEASE``: the workflow tasks of :mod:`tests.support.workflow_steps`
   (each step commits its effect row), with ``load``'s worker settings.
+- ``steps DSN CONCURRENCY LEASE``: task ``flow`` (:func:`register_flow`) runs five durable steps,
+  each writing its side effect (a row of ``effects``, :data:`EFFECTS_TABLE`) on the step's own
+  connection, with a 0 s durable sleep after the second, so that kills land before, inside and
+  after steps, and between a suspension and its resumption.
 - ``nap DSN SECONDS``: a default worker (only ``concurrency=5``) whose task ``nap`` (queue
   ``naps``) sleeps ``SECONDS`` and records its start, end and process in ``naps``
   (:data:`NAPS_TABLE`).
@@ -47,6 +51,7 @@ CREATE TABLE runs (
     at      timestamptz NOT NULL DEFAULT clock_timestamp()
 )
 """
+EFFECTS_TABLE = "CREATE TABLE effects (job_id bigint, step int, pid int, at timestamptz DEFAULT clock_timestamp())"
 _RECORD = "INSERT INTO runs (job_id, n, attempt, pid, event) VALUES ($1, $2, $3, $4, $5)"
 
 
@@ -64,6 +69,30 @@ def register(queue: aioqueue.Queue) -> aioqueue.Task[[int], None]:
             await conn.execute(_RECORD, job.id, n, job.attempt, pid, "finish")
 
     return work
+
+
+def register_flow(queue: aioqueue.Queue) -> aioqueue.Task[[int], int]:
+    """Register ``flow`` on ``queue``: the task the steps crash test enqueues and ``steps`` runs."""
+
+    @queue.task(name="flow", max_attempts=100)
+    async def flow(n: int) -> int:
+        job = aioqueue.current_job()
+        total = 0
+        for step in range(1, 6):
+            async with queue.connection() as conn:
+
+                async def effect(step: int = step, conn: Any = conn) -> int:
+                    await conn.execute("INSERT INTO effects (job_id, step, pid) VALUES ($1, $2, $3)",
+                                       job.id, step, os.getpid())
+                    await anyio.sleep(random.uniform(0.0, 0.01))  # a kill may land inside the step
+                    return step
+
+                total += int(await aioqueue.step(f"effect {step}", effect, connection=conn))
+            if step == 2:
+                await aioqueue.sleep(0, name="pause")
+        return total
+
+    return flow
 
 
 async def hang(dsn: str, lease: str) -> None:
@@ -132,8 +161,14 @@ async def workflows(dsn: str, concurrency: str, lease: str) -> None:
     await load(dsn, concurrency, lease, workflow_steps.register)
 
 
+async def steps(dsn: str, concurrency: str, lease: str) -> None:
+    await load(dsn, concurrency, lease, register_flow)
+
+
 Kind = Callable[..., Coroutine[Any, Any, None]]
-KINDS: dict[str, Kind] = {"hang": hang, "limited": limited, "load": load, "nap": nap, "workflows": workflows}
+KINDS: dict[str, Kind] = {
+    "hang": hang, "limited": limited, "load": load, "nap": nap, "steps": steps, "workflows": workflows,
+}
 
 
 def command(kind: str, *args: object) -> list[str]:

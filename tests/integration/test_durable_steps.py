@@ -5,17 +5,11 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
-import random
-import signal
-import sys
-from pathlib import Path
 from typing import Any
 
 import anyio
 import asyncpg
 import pytest
-from anyio.abc import Process
 from prometheus_client import CollectorRegistry
 
 import aioqueue
@@ -24,12 +18,9 @@ from aioqueue._steps import Suspended
 from aioqueue.dashboard import create_app
 from aioqueue.metrics import PrometheusMetrics
 from aioqueue.testing import Clock, drain
-
-from .cli_tools import aioqueue_cli
-from .dashboard_tools import SERVED, client_for
-from .helpers import eventually, running
-from .step_worker import EFFECTS_TABLE
-from .step_worker import register as register_flow
+from tests.support.cli_tools import aioqueue_cli
+from tests.support.dashboard_tools import SERVED, client_for
+from tests.support.helpers import running
 
 HOSTILE = '<script>alert("x")</script>'
 
@@ -456,56 +447,6 @@ async def test_metrics_count_runs_that_stopped_at_a_sleep(q: aioqueue.Queue) -> 
     labels = {"queue": "default", "task": "nap"}
     assert registry.get_sample_value("aioqueue_jobs_suspended_total", labels) == 1
     assert registry.get_sample_value("aioqueue_jobs_failed_total", labels) in (None, 0)
-
-
-async def _spawn_step_worker(dsn: str, log: Path) -> Process:
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    with log.open("ab") as out:
-        return await anyio.open_process(
-            [sys.executable, "-m", "tests.step_worker", dsn, "10", "2.0"], env=env, stdout=out, stderr=out
-        )
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-async def test_sigkilled_workers_commit_each_steps_side_effect_exactly_once(
-    dsn: str, db: asyncpg.Connection, tmp_path: Path
-) -> None:
-    jobs, kills = 500, 15
-    rng = random.Random()
-    await db.execute(EFFECTS_TABLE)
-    async with aioqueue.Queue(dsn) as queue:
-        await register_flow(queue).enqueue_many([{"n": n} for n in range(jobs)])
-    log = tmp_path / "workers.log"
-    procs = [await _spawn_step_worker(dsn, log) for _ in range(3)]
-    left: list[int] = []
-    try:
-        for _ in range(kills):  # a SIGKILL every 2 s, the victim replaced at once
-            await anyio.sleep(2.0)
-            left.append(await db.fetchval("SELECT count(*) FROM aioqueue.jobs"))
-            victim = procs.pop(rng.randrange(len(procs)))
-            victim.send_signal(signal.SIGKILL)
-            with anyio.fail_after(10):
-                assert await victim.wait() == -signal.SIGKILL
-            await victim.aclose()
-            procs.append(await _spawn_step_worker(dsn, log))
-        await eventually(lambda: db.fetchval("SELECT count(*) = 0 FROM aioqueue.jobs"), timeout=300,
-                         interval=0.2, what="every job to finish")
-    finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        with anyio.move_on_after(15):
-            for proc in procs:
-                await proc.wait()
-        for proc in procs:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-            await proc.aclose()
-    assert left[0] > 0, "the first kill came after the work was done"
-    counts = await db.fetch("SELECT job_id, step, count(*) AS n FROM effects GROUP BY job_id, step")
-    assert len(counts) == jobs * 5
-    assert [tuple(r) for r in counts if r["n"] != 1] == []  # every committed step's effect exactly once
 
 
 async def test_a_dead_job_retried_resumes_after_its_stored_steps(q: aioqueue.Queue) -> None:
