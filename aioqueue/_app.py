@@ -271,6 +271,7 @@ class Queue(Operations, Publishing, Workflows):
         priority: int | None = None,
         key: str | None = None,
         max_attempts: int | None = None,
+        partition_key: str | None = None,
     ) -> JobRef:
         """Store a job of the task called ``name`` with ``args`` (a JSON object of keyword
         arguments), without the handler's code; return its id. Options as :meth:`Task.options`.
@@ -280,7 +281,7 @@ class Queue(Operations, Publishing, Workflows):
         """
         enqueuer = self.by_name(name).options(
             conn=conn, queue=queue, delay=delay, run_at=run_at, priority=priority, key=key,
-            max_attempts=max_attempts,
+            max_attempts=max_attempts, partition_key=partition_key,
         )
         return await enqueuer.enqueue(**_json_object(name, args))
 
@@ -296,12 +297,14 @@ class Queue(Operations, Publishing, Workflows):
         priority: int | None = None,
         max_attempts: int | None = None,
         keys: Iterable[str | None] | None = None,
+        partition_key: str | None = None,
     ) -> list[JobRef]:
         """Store one job of the task called ``name`` per JSON object of arguments, all or none,
         with one NOTIFY; return their ids in order. ``keys``: one dedup key (or None) per item. See
         :meth:`enqueue_by_name`."""
         enqueuer = self.by_name(name).options(
-            conn=conn, queue=queue, delay=delay, run_at=run_at, priority=priority, max_attempts=max_attempts
+            conn=conn, queue=queue, delay=delay, run_at=run_at, priority=priority, max_attempts=max_attempts,
+            partition_key=partition_key,
         )
         return await enqueuer.enqueue_many(items, keys=keys)
 

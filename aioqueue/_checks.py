@@ -20,6 +20,7 @@ MAX_DELAY_SECONDS = 10 * 365 * 86400.0
 MAX_NAME_LENGTH = 255
 MAX_KEY_LENGTH = 1000
 MAX_KEY_BYTES = 2000
+MAX_PARTITION_KEY_BYTES = 1000
 MAX_CONCURRENCY = 10_000
 # The run_at range: every instant Python can hold in UTC. asyncpg can neither send a datetime
 # whose UTC instant leaves this range nor read one back (see check_run_at).
@@ -48,6 +49,16 @@ def check_key(value: object) -> str:
     # A btree entry holds at most 2704 bytes; a character takes at most 4 in UTF-8.
     if len(key) * 4 > MAX_KEY_BYTES and (size := len(key.encode("utf-8"))) > MAX_KEY_BYTES:
         raise ConfigurationError(f"dedup key is {size} bytes in UTF-8; the limit is {MAX_KEY_BYTES}")
+    return key
+
+
+def check_partition_key(value: object) -> str:
+    """Return ``value`` if it is a usable partition key (the key per-key limits and fair claims
+    go by), else raise."""
+    key = check_name("partition key", value, MAX_NAME_LENGTH)
+    # Short enough for the claim's index entries, whatever the other columns hold.
+    if len(key) * 4 > MAX_PARTITION_KEY_BYTES and (size := len(key.encode("utf-8"))) > MAX_PARTITION_KEY_BYTES:
+        raise ConfigurationError(f"partition key is {size} bytes in UTF-8; the limit is {MAX_PARTITION_KEY_BYTES}")
     return key
 
 

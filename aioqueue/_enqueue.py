@@ -50,13 +50,14 @@ class EnqueueOptions:
     key: str | None = None
     links: Links | None = None
     """The jobs it waits for and the group it joins (workflows), or None."""
+    partition_key: str | None = None
 
 
 def new_jobs(task: JobSource, opts: EnqueueOptions) -> NewJobs:
     """What every job of a call of ``task`` with ``opts`` shares, as the statements take it."""
     return NewJobs(
         queue=opts.queue, task=task.name, priority=opts.priority, run_at=opts.run_at, delay=opts.delay,
-        max_attempts=opts.max_attempts, archive=task.archive,
+        max_attempts=opts.max_attempts, archive=task.archive, partition_key=opts.partition_key,
     )
 
 

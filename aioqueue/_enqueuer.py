@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, U
 
 from . import _enqueue as enqueue
 from . import _payload as payload
-from ._checks import INT32_MAX, check_int, check_key, check_keys, check_name, check_run_at, check_seconds, item_of
+from ._checks import (
+    INT32_MAX,
+    check_int,
+    check_key,
+    check_keys,
+    check_name,
+    check_partition_key,
+    check_run_at,
+    check_seconds,
+    item_of,
+)
 from ._connections import Writer, writer_for
 from ._enqueue import Batch, EnqueueOptions
 from ._errors import ConfigurationError, JobArgumentsError
@@ -48,6 +58,7 @@ class OptionChanges(TypedDict, total=False):
     key: str | None
     queue: str | None
     max_attempts: int | None
+    partition_key: str | None
 
 
 #: How each option is checked: the one definition of valid enqueue options.
@@ -58,6 +69,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "key": check_key,
     "queue": lambda v: check_name("queue name", v),
     "max_attempts": lambda v: check_int("max_attempts", v, 1, 10_000),
+    "partition_key": check_partition_key,
 }
 
 

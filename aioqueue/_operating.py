@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from . import _keys as keys
 from ._admin import Admin
 from ._job import Connection, JobInfo
 from ._step_admin import StepAdmin, StepInfo
@@ -55,8 +56,17 @@ class Operations:
         pick up a change within a second or their poll interval."""
         await self.admin.set_limits(queue, concurrency=concurrency, rate=rate)
 
+    async def set_key_limits(self, queue: str, *, concurrency: int | None = None, fair: bool = False) -> None:
+        """Hold each partition key of ``queue`` to at most ``concurrency`` running jobs across
+        every worker (None: no per-key limit), and claim its keys in turn (round robin) rather
+        than first in, first out; a per-key limit implies ``fair``. ``concurrency=None,
+        fair=False`` clears both. Workers pick up a change within a second or their poll
+        interval."""
+        await keys.set_key_limits(self.admin.db, queue, concurrency=concurrency, fair=fair)
+
     async def queue_settings(self) -> list[dict[str, Any]]:
-        """Every queue with settings: name, paused, concurrency_limit, rate_limit, rate_period."""
+        """Every queue with settings: name, paused, concurrency_limit, rate_limit, rate_period,
+        fair, key_concurrency_limit."""
         return await self.admin.queue_settings()
 
     async def cancel(self, job_id: int) -> str:

@@ -55,6 +55,7 @@ class Queries:
     set_paused: str
     set_limits: str
     queue_settings: str
+    set_key_limits: str
     cancel: str
     cancel_requests: str
     finish_cancelled: str

@@ -142,7 +142,7 @@ class Statements:
         """Write one job with its JSON ``args``, returning the live job of ``key`` instead when
         there is one; ``group``: the workflow group it joins, or None."""
         ch = self.channels
-        return Bound(self.queries.enqueue, (*jobs.columns(), args, key, ch.jobs, ch.due, group))
+        return Bound(self.queries.enqueue, (*jobs.columns(), args, key, ch.jobs, ch.due, group, jobs.partition_key))
 
     def enqueue_batch(
         self, *, jobs: NewJobs, args: str, keys: Sequence[str | None] | None, group: int | None
@@ -152,8 +152,10 @@ class Statements:
         ``group``: the workflow group they join, or None."""
         ch = self.channels
         if keys is None:
-            return Bound(self.queries.enqueue_many, (*jobs.columns(), args, ch.jobs, ch.due, group))
-        return Bound(self.queries.enqueue_many_keyed, (*jobs.columns(), args, ch.jobs, ch.due, keys, group))
+            return Bound(self.queries.enqueue_many, (*jobs.columns(), args, ch.jobs, ch.due, group, jobs.partition_key))
+        return Bound(
+            self.queries.enqueue_many_keyed, (*jobs.columns(), args, ch.jobs, ch.due, keys, group, jobs.partition_key)
+        )
 
     def link(
         self, *, ids: Sequence[int], deps: Sequence[int], names: Sequence[str | None], may_fail: Sequence[bool],
@@ -174,7 +176,7 @@ class Statements:
 @dataclasses.dataclass(frozen=True, slots=True)
 class NewJobs:
     """What every job of one enqueue call shares: the enqueue statements' first parameters,
-    ``$1``..``$7`` in this order."""
+    ``$1``..``$7`` in this order, and ``partition_key``, which each binds last."""
 
     queue: str | None
     """None: the task's recorded queue (see ``queue_of`` in queries.sql)."""
@@ -184,6 +186,8 @@ class NewJobs:
     delay: float
     max_attempts: int
     archive: bool
+    partition_key: str | None = None
+    """The key that per-key limits and fair claims go by (None: no key)."""
 
     def columns(self) -> tuple[Any, ...]:
         """The fields in parameter order."""

@@ -77,6 +77,7 @@ class _Enqueues(Generic[P, R]):
         max_attempts: int | None = None,
         after: Iterable[int | Dependency] | Mapping[str, int | Dependency] | None = None,
         group: int | Group | None = None,
+        partition_key: str | None = None,
     ) -> Enqueuer[P, R]:
         """Return an enqueuer with these options for the next ``enqueue``/``enqueue_many`` (or
         ``enqueue_sync``/``enqueue_many_sync`` on a sync connection).
@@ -89,10 +90,12 @@ class _Enqueues(Generic[P, R]):
         job's id. ``after``: the jobs this one waits for (ids, :class:`~aioqueue.Dependency`
         objects, or a mapping of names to either); it becomes ready when all of them succeeded.
         ``group``: the open :class:`~aioqueue.Group` it joins. See :doc:`/howto/workflows`.
+        ``partition_key``: the key (a tenant, a user, an account) that per-key limits and fair
+        claims go by (see :meth:`Queue.set_key_limits`); every job of the call gets it.
         """
         opts = checked_options(
             self.defaults, delay=delay, run_at=run_at, priority=priority, key=key, queue=queue,
-            max_attempts=max_attempts,
+            max_attempts=max_attempts, partition_key=partition_key,
         )
         links = links_of(self.name, after, group, self.app.database)
         if links is not None:

@@ -55,13 +55,13 @@ SELECT current_database(), pg_postmaster_start_time(), host(inet_server_addr()),
 -- returned instead of a new one. `inserted` tells which happened. The parameters come in the
 -- order of enqueue_many's: $1 queue (NULL: the task's recorded one, see queue_of), $2 task, $3
 -- priority, $4 run_at, $5 delay, $6 max_attempts, $7 archive, $8 args, $9 dedup key, $10
--- channel, $12 the group it joins (workflows; NULL: none). No row when the job has no queue:
--- nothing was written.
+-- channel, $12 the group it joins (workflows; NULL: none), $13 its partition key (NULL: none).
+-- No row when the job has no queue: nothing was written.
 WITH {queue_of},
 ins AS (
     INSERT INTO {schema}.jobs AS j
-        (queue, task, args, priority, run_at, max_attempts, dedup_key, archive, group_id)
-    SELECT q.queue, $2, $8::jsonb, $3, {run_at}, $6, $9, $7, $12::bigint
+        (queue, task, args, priority, run_at, max_attempts, dedup_key, archive, group_id, partition_key)
+    SELECT q.queue, $2, $8::jsonb, $3, {run_at}, $6, $9, $7, $12::bigint, $13::text
     FROM q WHERE q.queue IS NOT NULL
     ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
     DO UPDATE SET dedup_key = EXCLUDED.dedup_key
@@ -84,11 +84,13 @@ FROM ins, q;
 -- ids come back as one bigint[] in that order: one value the driver decodes in one go, where
 -- a row per id costs the client more than the rest of the call. No dedup key here (see
 -- enqueue_many_keyed), so no ON CONFLICT arbiter either: with one, every row would take the
--- speculative insertion path. $11: the group the jobs join (workflows; NULL: none).
+-- speculative insertion path. $11: the group the jobs join (workflows; NULL: none); $12: their
+-- partition key (NULL: none).
 WITH {queue_of},
 ins AS (
-    INSERT INTO {schema}.jobs AS j (queue, task, args, priority, run_at, max_attempts, archive, group_id)
-    SELECT (SELECT q.queue FROM q), $2, t.args, $3, (SELECT {run_at}), $6, $7, $11::bigint
+    INSERT INTO {schema}.jobs AS j (queue, task, args, priority, run_at, max_attempts, archive, group_id,
+                                    partition_key)
+    SELECT (SELECT q.queue FROM q), $2, t.args, $3, (SELECT {run_at}), $6, $7, $11::bigint, $12::text
     FROM jsonb_array_elements($8::jsonb) AS t(args)
     WHERE (SELECT q.queue FROM q) IS NOT NULL
     RETURNING j.id
@@ -101,11 +103,12 @@ SELECT array_agg(ins.id ORDER BY ins.id) FROM ins, (SELECT count(*) FROM notifie
 -- element of $8, no key twice: the caller sends only the first job of a key). A key that names
 -- a live job returns that job, as in enqueue. The ids of the jobs without a key come back in
 -- input order (they are new rows, inserted in order); those with a key, beside their keys. $12:
--- the group the jobs join (workflows; NULL: none).
+-- the group the jobs join (workflows; NULL: none); $13: their partition key (NULL: none).
 WITH {queue_of},
 ins AS (
-    INSERT INTO {schema}.jobs AS j (queue, task, args, priority, run_at, max_attempts, archive, dedup_key, group_id)
-    SELECT (SELECT q.queue FROM q), $2, t.args, $3, (SELECT {run_at}), $6, $7, t.key, $12::bigint
+    INSERT INTO {schema}.jobs AS j (queue, task, args, priority, run_at, max_attempts, archive, dedup_key, group_id,
+                                    partition_key)
+    SELECT (SELECT q.queue FROM q), $2, t.args, $3, (SELECT {run_at}), $6, $7, t.key, $12::bigint, $13::text
     FROM ROWS FROM (jsonb_array_elements($8::jsonb), unnest($11::text[])) AS t(args, key)
     WHERE (SELECT q.queue FROM q) IS NOT NULL
     ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
@@ -163,9 +166,12 @@ LEAST(CASE $4::timestamptz WHEN '-infinity' THEN '0001-01-01 00:00:00+00'
 -- which locks them with FOR UPDATE SKIP LOCKED and marks them running under a lease ($6: the
 -- commit mode, see commit_mode). A queue's row in `queues` may pause it or cap it: at most
 -- concurrency_limit running and rate_limit claimed per rate_period, across all workers (the
--- caller locks limited queues' rows first, in the same transaction, see lock_queues).
+-- caller locks limited queues' rows first, in the same transaction, see lock_queues). A queue
+-- that is fair or has a per-key limit is claimed by claim_keyed (migration 0018), first, and the
+-- others by claim_jobs with the room left.
 WITH settings AS MATERIALIZED (
-    SELECT s.name, s.paused, s.concurrency_limit, s.rate_limit, s.rate_period, s.recent_starts
+    SELECT s.name, s.paused, s.concurrency_limit, s.rate_limit, s.rate_period, s.recent_starts,
+           s.fair OR s.key_concurrency_limit IS NOT NULL AS keyed
     FROM {schema}.queues AS s
     WHERE s.name = ANY($1::text[])
 ),
@@ -179,16 +185,27 @@ wanted AS (
                CASE WHEN s.rate_limit IS NOT NULL THEN s.rate_limit - (
                    SELECT count(*) FROM unnest(s.recent_starts) AS t(at)
                    WHERE t.at > {schema}.now() - make_interval(secs => s.rate_period)) END
-           )) END AS n
+           )) END AS n,
+           coalesce(s.keyed, false) AS keyed
     FROM unnest($1::text[], $2::int[]) AS w(queue, n)
     LEFT JOIN settings AS s ON s.name = w.queue
 ),
-claimed AS MATERIALIZED (
+keyed AS MATERIALIZED (
     SELECT c.*
     FROM (SELECT array_agg(w.queue ORDER BY w.queue, w.n) AS queues,
                  array_agg(w.n::int ORDER BY w.queue, w.n) AS n
-          FROM wanted AS w) AS a
-    CROSS JOIN LATERAL {schema}.claim_jobs(a.queues, a.n, $3::text, $4::float8, $5::int, $6::text) AS c
+          FROM wanted AS w WHERE w.keyed HAVING count(*) > 0) AS a
+    CROSS JOIN LATERAL {schema}.claim_keyed(a.queues, a.n, $3::text, $4::float8, $5::int, $6::text) AS c
+),
+claimed AS MATERIALIZED (
+    SELECT * FROM keyed
+    UNION ALL
+    SELECT c.*
+    FROM (SELECT array_agg(w.queue ORDER BY w.queue, w.n) AS queues,
+                 array_agg(w.n::int ORDER BY w.queue, w.n) AS n
+          FROM wanted AS w WHERE NOT w.keyed HAVING count(*) > 0) AS a
+    CROSS JOIN LATERAL {schema}.claim_jobs(a.queues, a.n, $3::text, $4::float8,
+                                           $5::int - (SELECT count(*) FROM keyed)::int, $6::text) AS c
 ),
 started AS (
     UPDATE {schema}.queues AS s
@@ -243,17 +260,23 @@ SELECT EXISTS (
 );
 
 -- name: lock_queues
--- Lock the rows of the limited queues among $1, in name order, so that claims on them take
--- turns and each sees the others' claims (the claim that follows gets a fresh snapshot).
+-- Lock the rows of the limited queues among $1 (see limited_queues), in name order, so that
+-- claims on them take turns and each sees the others' claims (the claim that follows gets a
+-- fresh snapshot).
 SELECT s.name FROM {schema}.queues AS s
-WHERE s.name = ANY($1::text[]) AND (s.concurrency_limit IS NOT NULL OR s.rate_limit IS NOT NULL)
+WHERE s.name = ANY($1::text[]) AND {limited}
 ORDER BY s.name
 FOR UPDATE;
 
 -- name: limited_queues
--- Which of the queues $1 have a concurrency or rate limit (the producer locks those).
+-- Which of the queues $1 have a global limit or per-key settings (the producer locks those).
 SELECT s.name FROM {schema}.queues AS s
-WHERE s.name = ANY($1::text[]) AND (s.concurrency_limit IS NOT NULL OR s.rate_limit IS NOT NULL);
+WHERE s.name = ANY($1::text[]) AND {limited};
+
+-- fragment: limited
+-- A queue row `s` whose claims take turns: one with a global limit, or fair, or with a
+-- per-key limit.
+(s.concurrency_limit IS NOT NULL OR s.rate_limit IS NOT NULL OR s.fair OR s.key_concurrency_limit IS NOT NULL)
 
 -- name: set_paused
 -- Pause or resume a queue; resuming wakes its workers.
@@ -277,9 +300,20 @@ RETURNING s.name;
 
 -- name: queue_settings
 -- Every queue that has settings.
-SELECT s.name, s.paused, s.concurrency_limit, s.rate_limit, s.rate_period
+SELECT s.name, s.paused, s.concurrency_limit, s.rate_limit, s.rate_period, s.fair, s.key_concurrency_limit
 FROM {schema}.queues AS s
 ORDER BY s.name;
+
+-- name: set_key_limits
+-- Set a queue's per-key settings: whether its claims take keys in turn ($2) and its per-key
+-- concurrency limit ($3, NULL: none); wakes its workers ($4), since a raised limit frees slots.
+WITH upserted AS (
+    INSERT INTO {schema}.queues AS s (name, fair, key_concurrency_limit) VALUES ($1, $2, $3)
+    ON CONFLICT (name) DO UPDATE
+    SET fair = EXCLUDED.fair, key_concurrency_limit = EXCLUDED.key_concurrency_limit, updated_at = {schema}.now()
+    RETURNING s.name
+)
+SELECT u.name, pg_notify($4, u.name)::text AS notified FROM upserted AS u;
 
 -- name: cancel
 -- Cancel a job: a pending one is moved to the archive as cancelled at once; a running one is
@@ -377,7 +411,8 @@ WHERE p.last_slot < EXCLUDED.last_slot;
 -- in any process. Unlimited queues send nothing.
 SELECT pg_notify({arg}, q.name)
 FROM {schema}.queues AS q
-WHERE q.concurrency_limit IS NOT NULL AND q.name IN (SELECT f.queue FROM finished AS f)
+WHERE (q.concurrency_limit IS NOT NULL OR q.key_concurrency_limit IS NOT NULL)
+  AND q.name IN (SELECT f.queue FROM finished AS f)
 
 -- fragment: retries_due
 -- Tell every worker of a queue when its earliest retry in this batch is due ('seconds queue').

@@ -83,6 +83,14 @@ TARGETS: tuple[Target, ...] = (
     Target("io-bound", "aioqueue", "sleep 10 ms, concurrency 5000", ">", 1.0,
            "10 ms handlers at concurrency 5000 against 1000", vs_metric="sleep 10 ms, concurrency 1000"),
     Target("io-bound", "aioqueue", "RSS, * slots busy", "<", 300, "worker memory with every slot busy"),
+    Target("per-key", "aioqueue (fair)", "flood of * + * keys x *", ">=", 0.8,
+           "flood drain with keys in turn, against first in, first out", vs_system="aioqueue (first in, first out)"),
+    Target("per-key", "aioqueue (fair)", "small key's first start, flood of *, p99", "<=", 1000.0,
+           "a small key's first job under a flood, p99"),
+    Target("per-key", "aioqueue (per-key limit 1)", "* keys x *, 4 processes", ">=", 0.7,
+           "per-key limit 1 drain, against no limit", vs_system="aioqueue (no per-key limit)"),
+    Target("per-key", "aioqueue (per-key limit 1)", "* keys x *, 4 processes: jobs of one key running together",
+           "<=", 0.0, "jobs of one key running together under a limit of 1"),
 )
 
 

@@ -18,6 +18,7 @@ from . import (
     latency,
     memory,
     outbox,
+    per_key,
     scaling,
     steps,
     workflows,
@@ -39,6 +40,7 @@ SCENARIOS: dict[str, Scenario] = {
     "io-bound": io_bound.plan,
     "workflows": workflows.plan,
     "steps": steps.plan,
+    "per-key": per_key.plan,
 }
 
 __all__ = ["SCENARIOS", "Scenario"]

@@ -966,3 +966,40 @@ async def test_missing_schema_through_psycopg_says_run_migrate(empty_dsn: str) -
         async with await psycopg.AsyncConnection.connect(empty_dsn) as conn:
             with pytest.raises(aioqueue.SchemaNotReadyError, match="run `aioqueue migrate`"):
                 await charge.options(conn=conn).enqueue(amount=1)
+
+
+async def test_a_partition_key_is_written_from_every_connection_type(
+    q: aioqueue.Queue, dsn: str, db: asyncpg.Connection, engine: AsyncEngine, django_db: str
+) -> None:
+    """The partition key (see tests/test_partition_keys.py) goes into the row whichever
+    connection the caller's transaction is on, one job or many."""
+    charge = _register(q)
+
+    def psycopg_sync() -> None:
+        with psycopg.connect(dsn) as conn, conn.transaction():
+            charge.options(conn=conn, partition_key="psycopg-sync").enqueue_sync(amount=4)
+            charge.options(conn=conn, partition_key="psycopg-sync").enqueue_many_sync([{"amount": 5}])
+
+    def django() -> None:
+        from django.db import transaction
+
+        connection = django_connection(django_db)
+        try:
+            with transaction.atomic():
+                charge.options(conn=connection, partition_key="django").enqueue_sync(amount=6)
+                charge.options(conn=connection, partition_key="django").enqueue_many_sync([{"amount": 7}])
+        finally:
+            connection.close()
+
+    async with db.transaction():
+        await charge.options(conn=db, partition_key="asyncpg").enqueue_many([{"amount": 1}])
+    async with AsyncSession(engine) as session, session.begin():
+        await charge.options(conn=session, partition_key="sqlalchemy").enqueue(amount=2)
+    async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
+        await charge.options(conn=conn, partition_key="psycopg-async").enqueue_many([{"amount": 3}])
+    await anyio.to_thread.run_sync(psycopg_sync)
+    await anyio.to_thread.run_sync(django)
+    rows = await db.fetch("SELECT partition_key, (args->>'amount')::int AS n FROM aioqueue.jobs ORDER BY id")
+    assert [(r["partition_key"], r["n"]) for r in rows] == [
+        ("asyncpg", 1), ("sqlalchemy", 2), ("psycopg-async", 3), ("psycopg-sync", 4), ("psycopg-sync", 5),
+        ("django", 6), ("django", 7)]

@@ -53,16 +53,17 @@ async def test_migrate_builds_documented_schema(empty_dsn: str) -> None:
         await conn.close()
 
 
-async def indexes_entered(conn: asyncpg.Connection, row: str) -> set[str]:
-    """The indexes on jobs that a row inserted with ``row`` (a VALUES list for the columns
-    queue, task, status, dedup_key) has entries in: those without a predicate, and those whose
-    predicate (``pg_index.indpred``) the row satisfies. Inserted and rolled back."""
+async def indexes_entered(
+    conn: asyncpg.Connection, row: str, columns: str = "queue, task, status, dedup_key"
+) -> set[str]:
+    """The indexes on jobs that a row inserted with ``row`` (a VALUES list for ``columns``) has
+    entries in: those without a predicate, and those whose predicate (``pg_index.indpred``) the
+    row satisfies. Inserted and rolled back."""
     names: set[str] = set()
     tr = conn.transaction()
     await tr.start()
     try:
-        job_id = await conn.fetchval(
-            f"INSERT INTO aioqueue.jobs (queue, task, status, dedup_key) VALUES {row} RETURNING id")
+        job_id = await conn.fetchval(f"INSERT INTO aioqueue.jobs ({columns}) VALUES {row} RETURNING id")
         for name, predicate in await conn.fetch(
             "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index AS i "
             "JOIN pg_class AS c ON c.oid = i.indexrelid WHERE i.indrelid = 'aioqueue.jobs'::regclass"
@@ -77,8 +78,8 @@ async def indexes_entered(conn: asyncpg.Connection, row: str) -> set[str]:
 
 async def test_a_pending_row_enters_only_the_ready_index_and_the_primary_key(dsn: str) -> None:
     """Enqueue throughput: an enqueued job (and a retry back to pending) writes the ready index,
-    the primary key and, with a dedup key, the dedup index; nothing else (no listing index).
-    Running and dead rows enter their own indexes."""
+    the primary key and, with a dedup key, the dedup index; nothing else (no listing index, no
+    partition key index without a key). Running and dead rows enter their own indexes."""
     conn = await asyncpg.connect(dsn)
     try:
         assert await indexes_entered(conn, "('q', 't', 'pending', NULL)") == {"jobs_pkey", "jobs_ready_idx"}
@@ -93,7 +94,13 @@ async def test_a_pending_row_enters_only_the_ready_index_and_the_primary_key(dsn
             "SELECT indexname FROM pg_indexes WHERE schemaname = 'aioqueue' AND tablename = 'jobs'")}
         assert every == {"jobs_pkey", "jobs_ready_idx", "jobs_lease_idx", "jobs_dedup_key_idx",
                          "jobs_dead_idx", "jobs_dead_list_idx", "jobs_dead_task_idx", "jobs_group_idx",
-                         "jobs_waiting_idx"}
+                         "jobs_waiting_idx", "jobs_partition_ready_idx", "jobs_partition_running_idx"}
+        # Only a job with a partition key enters the keyed claim's indexes.
+        keyed = "queue, task, status, partition_key"
+        assert await indexes_entered(conn, "('q', 't', 'pending', 'tenant')", keyed) == {
+            "jobs_pkey", "jobs_ready_idx", "jobs_partition_ready_idx"}
+        assert await indexes_entered(conn, "('q', 't', 'running', 'tenant')", keyed) == {
+            "jobs_pkey", "jobs_lease_idx", "jobs_partition_running_idx"}
     finally:
         await conn.close()
 

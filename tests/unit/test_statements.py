@@ -38,9 +38,10 @@ ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     )),
     "finish_cancelled": (("finish_cancelled",), ("ids", "attempts", "channel.jobs", "channel.done", "commit_mode")),
     "suspend": (("suspend",), ("ids", "attempts", "commit_mode")),
-    "enqueue_one": (("enqueue",), (*JOB_COLUMNS, "args", "key", "channel.jobs", "channel.due", "group")),
+    "enqueue_one": (("enqueue",), (*JOB_COLUMNS, "args", "key", "channel.jobs", "channel.due", "group",
+                                   "jobs.partition_key")),
     "enqueue_batch": (("enqueue_many", "enqueue_many_keyed"), (
-        *JOB_COLUMNS, "args", "channel.jobs", "channel.due", "keys", "group",
+        *JOB_COLUMNS, "args", "channel.jobs", "channel.due", "keys", "group", "jobs.partition_key",
     )),
     "publish_events": (("publish_events",), ("stream", "keys", "payloads")),
     "link": (("add_dependencies",), ("ids", "deps", "names", "may_fail", "group")),

@@ -1,0 +1,89 @@
+"""Guard the keyed claim (claim_keyed, migration 0018) with 100,000 distinct keys pending: every
+statement it runs reads an index, never the table, and the rows it reads follow the jobs it
+claims, not the keys or jobs waiting, in the table states that mislead the planner (fresh
+statistics, statistics taken before the burst, dead entries left by a fast drain, a deep history
+of dead and archived jobs).
+
+Plans and row counts only, never timings: speed is the benchmark's business.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from aioqueue._queries import for_schema
+from tests.support.plans import explain_nested, indexes, nodes, scans
+
+Q = for_schema("aioqueue")
+KEYS = 100_000
+#: The partition indexes, the primary key, and the ready index (jobs without a key, from a
+#: bounded window of its head).
+ALLOWED = {"jobs_partition_ready_idx", "jobs_partition_running_idx", "jobs_pkey", "jobs_ready_idx"}
+
+
+async def keyed_backlog(db: asyncpg.Connection) -> None:
+    """One job for each of 100,000 keys, and a flood of 50,000 for one more key, in front."""
+    await db.execute(
+        "INSERT INTO aioqueue.jobs (queue, task, partition_key) "
+        "SELECT 'tenants', 'noop', 'flood' FROM generate_series(1, 50000)")
+    await db.execute(
+        "INSERT INTO aioqueue.jobs (queue, task, partition_key) "
+        "SELECT 'tenants', 'noop', 'key-' || g FROM generate_series(1, $1) AS g", KEYS)
+
+
+async def keyed_claim(db: asyncpg.Connection, n: int) -> list[asyncpg.Record]:
+    async with db.transaction():
+        await db.execute(Q.lock_queues, ["tenants"])
+        return await db.fetch(Q.claim, ["tenants"], [n], "plan-test", 300.0, n, "off")
+
+
+async def drain(db: asyncpg.Connection, jobs: int, batch: int = 500) -> None:
+    done = 0
+    while done < jobs:
+        rows = await keyed_claim(db, batch)
+        assert rows
+        await db.execute(Q.complete, [r["id"] for r in rows], [r["attempts"] for r in rows],
+                         [None] * len(rows), "plan-test", "plan-test", "off")
+        done += len(rows)
+
+
+@pytest.mark.parametrize("state", ["analysed", "stale", "drained", "history"])
+async def test_the_keyed_claim_reads_indexes_and_rows_bounded_by_its_batch(
+    db: asyncpg.Connection, state: str
+) -> None:
+    await db.execute("ALTER TABLE aioqueue.jobs SET (autovacuum_enabled = false)")
+    await db.execute("INSERT INTO aioqueue.queues (name, key_concurrency_limit) VALUES ('tenants', 1)")
+    if state == "stale":
+        await db.execute("ANALYZE aioqueue.jobs")  # statistics of the empty table
+    if state == "history":
+        await db.execute(
+            "INSERT INTO aioqueue.jobs (queue, task, status, attempts, partition_key) "
+            "SELECT 'tenants', 'noop', 'dead', 5, 'key-' || g FROM generate_series(1, 20000) AS g")
+        await db.execute(
+            "INSERT INTO aioqueue.jobs_done (id, queue, task, args, status, priority, attempts, created_at) "
+            "SELECT -g, 'tenants', 'noop', '{}', 'succeeded', 0, 1, now() FROM generate_series(1, 100000) AS g")
+    await keyed_backlog(db)
+    if state in ("analysed", "history"):
+        await db.execute("ANALYZE aioqueue.jobs")
+    if state == "drained":
+        await drain(db, 20_000)  # dead entries in the keyed index, behind the cursor
+        await db.execute("UPDATE aioqueue.queues SET key_cursor = NULL")  # the walk starts over them
+    # Half the batch's keys are at their limit: the flood's running job holds its key.
+    await keyed_claim(db, 1)
+    ran = await explain_nested(db, Q.claim, ["tenants"], [10], "plan-test", 300.0, 10, "off")
+    read = [s for plan in ran for s in scans(plan, executed=True) if s.relation == "jobs"]
+    assert read, [p.get("Query Text") for p in ran]
+    used = {node["Index Name"] for plan in ran for node in nodes(plan)
+            if "Index Name" in node and node.get("Actual Loops", 0) > 0 and node["Index Name"] != "queues_pkey"}
+    assert used <= ALLOWED, [(p.get("Query Text"), indexes(p)) for p in ran if indexes(p) - ALLOWED]
+    assert all(s.node_type != "Seq Scan" for s in read), read
+    rows_read = sum(
+        int(node.get("Actual Rows", 0)) * int(node.get("Actual Loops", 1))
+        for plan in ran for node in nodes(plan)
+        if node.get("Relation Name") == "jobs" and node["Node Type"] != "ModifyTable"
+    )
+    # Ten jobs claimed: a few probes each (the next key, its running count, its oldest job) and
+    # the bounded window for jobs without a key; never a walk over 100,000 keys.
+    assert rows_read < 2_000, rows_read
+    assert len(await keyed_claim(db, 10)) == 10
