@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import time
 from collections.abc import Callable
 
 import anyio
@@ -134,23 +133,27 @@ async def test_global_concurrency_limit_holds_across_workers(dsn: str, q: aioque
 
 
 async def test_global_rate_limit_holds_across_workers(dsn: str, q: aioqueue.Queue) -> None:
-    starts: list[float] = []
+    claimed: list[float] = []  # the claims' times in the queue's clock, where the limit holds
 
     async def limited() -> None:
-        starts.append(time.monotonic())
+        async with q.connection() as conn:
+            claimed.append(await conn.fetchval(
+                "SELECT extract(epoch FROM locked_at)::float8 FROM aioqueue.jobs WHERE id = $1",
+                aioqueue.current_job().id,
+            ))
 
     await q.set_limits("rl", rate=(5, 1.0))
     queues = [aioqueue.Queue(dsn) for _ in range(3)]
     for queue in queues:
         queue.task(name="limited", queue="rl")(limited)
     await queues[0].tasks["limited"].enqueue_many([{}] * 12)
-    await _run_workers(queues, lambda: len(starts) == 12, "12 rate-limited jobs")
-    # Claims are at most 5 per second of database time; handlers start a little after their
-    # claim, so look at windows a little shorter than a second.
-    starts.sort()
-    for i, t in enumerate(starts):
-        assert sum(1 for u in starts[i:] if u - t < 0.9) <= 5, starts
-    assert starts[-1] - starts[0] >= 1.0  # 12 jobs at 5/s cannot all start in one second
+    await _run_workers(queues, lambda: len(claimed) == 12, "12 rate-limited jobs")
+    # At most 5 claims in any second, counted at the claims, not at the handlers' starts: on a
+    # busy machine a handler can start late after its claim, and the next window's early.
+    claimed.sort()
+    for i in range(5, 12):
+        assert claimed[i] - claimed[i - 5] >= 0.95, claimed
+    assert claimed[-1] - claimed[0] >= 1.0  # 12 jobs at 5/s cannot all be claimed in one second
 
 
 async def test_pause_and_resume(q: aioqueue.Queue) -> None:
