@@ -6,6 +6,7 @@ with a deep history or backlog, and how much memory a worker needs, on one Postg
     python benchmarks/bench.py --quick --compare pgqueuer procrastinate --json out.json
     python benchmarks/bench.py --quick --scenarios drain   # the drain alone, in each worker setting
     python benchmarks/bench.py --scenarios scaling         # 1, 2, 4, 8 worker processes
+    python benchmarks/bench.py --scenarios sustained       # enqueue and work together, 10 minutes
     python benchmarks/bench.py --quick --save --note "..." # store the run in benchmarks/results/
     python benchmarks/bench.py report                      # BENCHMARKS.md from the stored runs
 
@@ -45,7 +46,7 @@ import results
 import targets
 from common import FULL, QUICK, Run, progress, run_loop
 from compare import COMPETITORS
-from scenarios import SCENARIOS
+from scenarios import ON_REQUEST, SCENARIOS
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -54,8 +55,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="admin DSN of the server to use (default: AIOQUEUE_DSN, else embedded PostgreSQL)")
     parser.add_argument("--quick", action="store_true", help="small sizes: a fast smoke run")
     parser.add_argument("--repeat", type=int, default=1, help="run everything N times; report medians")
-    parser.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS), metavar="NAME",
-                        help=f"which scenarios to run (default: all of {', '.join(SCENARIOS)})")
+    default = [name for name in SCENARIOS if name not in ON_REQUEST]
+    parser.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS), default=default, metavar="NAME",
+                        help=f"which scenarios to run (default: {', '.join(default)}; "
+                             f"on request: {', '.join(sorted(ON_REQUEST))})")
+    parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                        help="how long the sustained scenario enqueues and works (default: 600, --quick: 30)")
     parser.add_argument("--compare", nargs="*", choices=sorted(COMPETITORS), default=[], metavar="NAME",
                         help="also run the drain, enqueue and latency scenarios through these queues")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results as JSON here")
@@ -66,6 +71,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.duration is not None and not args.duration > 0:
+        parser.error("--duration must be a positive number of seconds")
     return args
 
 
@@ -90,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     env: dict[str, Any] = {}
     with server(args.dsn) as (admin_dsn, embedded):
         run = Run(admin_dsn, QUICK if args.quick else FULL, args.compare)
+        run.sustained_seconds = args.duration or (30.0 if args.quick else 600.0)
         for name in SCENARIOS:  # the registry's order, whatever the order on the command line
             if name in args.scenarios:
                 SCENARIOS[name](run)

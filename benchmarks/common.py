@@ -217,6 +217,8 @@ class Run:
     admin_dsn: str
     sizes: Sizes
     competitors: list[str]
+    sustained_seconds: float = 600.0
+    """How long the sustained scenario enqueues and works."""
     results: Results = dataclasses.field(default_factory=Results)
     steps: list[tuple[str, Measurement]] = dataclasses.field(default_factory=list)
 

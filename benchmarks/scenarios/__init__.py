@@ -21,6 +21,7 @@ from . import (
     per_key,
     scaling,
     steps,
+    sustained,
     workflows,
 )
 
@@ -41,6 +42,10 @@ SCENARIOS: dict[str, Scenario] = {
     "workflows": workflows.plan,
     "steps": steps.plan,
     "per-key": per_key.plan,
+    "sustained": sustained.plan,
 }
 
-__all__ = ["SCENARIOS", "Scenario"]
+#: Scenarios that run only when named with ``--scenarios`` (they take many minutes).
+ON_REQUEST = frozenset({"sustained"})
+
+__all__ = ["ON_REQUEST", "SCENARIOS", "Scenario"]
