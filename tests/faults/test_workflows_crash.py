@@ -16,6 +16,7 @@ from anyio.abc import Process
 import aioqueue
 from tests.support import workflow_steps
 from tests.support.fault_tools import owned_server
+from tests.support.pg import fetchval_once
 from tests.support.worker import command
 
 
@@ -49,12 +50,9 @@ async def test_workflows_survive_sigkill_every_two_seconds_and_a_server_restart(
         restarted = False
 
         async def finished() -> int:
-            conn = await asyncpg.connect(server.dsn)
-            try:
-                return int(await conn.fetchval(
-                    "SELECT count(*) FROM effects WHERE step = 'finish' AND NOT EXISTS (SELECT FROM aioqueue.jobs)"))
-            finally:
-                await conn.close()
+            return int(await fetchval_once(
+                server.dsn,
+                "SELECT count(*) FROM effects WHERE step = 'finish' AND NOT EXISTS (SELECT FROM aioqueue.jobs)"))
 
         try:
             with anyio.fail_after(600):

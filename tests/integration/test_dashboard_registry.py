@@ -3,7 +3,9 @@ it crashed; a job's ``locked_by`` leads to its worker; ``aioqueue status`` lists
 
 from __future__ import annotations
 
+import contextlib
 import socket
+from collections.abc import AsyncIterator
 
 import anyio
 import asyncpg
@@ -58,15 +60,23 @@ async def test_a_crashed_workers_row_expires_and_is_deleted(q: aioqueue.Queue, d
     await crashed.refresh()
     assert [w["name"] for w in await q.admin.list_workers(expiry=crashed.expiry)] == ["crashed"]
     await eventually(lambda: _none_listed(q, crashed.expiry), timeout=5, what="the crashed row to be ignored")
-    live = WorkerRegistry(q.database, "live", queues=["a"], concurrency=1, interval=0.2)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(live.run)
-        with anyio.fail_after(5):
-            await live.registered.wait()
+    async with _registered(q, "live", interval=0.2):
         names = await db.fetch("SELECT name FROM aioqueue.workers ORDER BY name")
         assert [r["name"] for r in names] == ["live"]  # the live registry deleted the expired row
-        tg.cancel_scope.cancel()
     assert await db.fetchval("SELECT count(*) FROM aioqueue.workers") == 0  # shielded clean-up ran
+
+
+@contextlib.asynccontextmanager
+async def _registered(q: aioqueue.Queue, name: str, interval: float) -> AsyncIterator[WorkerRegistry]:
+    """Run a registry for ``name`` in the background once its row is written; cancel it after
+    the body (its clean-up is shielded, so the row goes)."""
+    registry = WorkerRegistry(q.database, name, queues=["a"], concurrency=1, interval=interval)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(registry.run)
+        with anyio.fail_after(5):
+            await registry.registered.wait()
+        yield registry
+        tg.cancel_scope.cancel()
 
 
 async def _none_listed(q: aioqueue.Queue, expiry: float) -> bool:
@@ -74,11 +84,7 @@ async def _none_listed(q: aioqueue.Queue, expiry: float) -> bool:
 
 
 async def test_the_registry_writes_one_statement_per_interval(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
-    registry = WorkerRegistry(q.database, "counted", queues=["a"], concurrency=1, interval=0.1)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(registry.run)
-        with anyio.fail_after(5):
-            await registry.registered.wait()
+    async with _registered(q, "counted", interval=0.1) as registry:
         first = await db.fetchval("SELECT last_seen FROM aioqueue.workers WHERE name = 'counted'")
         start = anyio.current_time()
         await eventually(lambda: registry.refreshes >= 6, timeout=5, what="five more refreshes")
@@ -86,5 +92,4 @@ async def test_the_registry_writes_one_statement_per_interval(q: aioqueue.Queue,
         assert elapsed >= 0.4  # never faster than one statement per interval
         later = await db.fetchval("SELECT last_seen FROM aioqueue.workers WHERE name = 'counted'")
         assert later > first  # the same row, refreshed
-        tg.cancel_scope.cancel()
     assert await db.fetchval("SELECT count(*) FROM aioqueue.workers") == 0

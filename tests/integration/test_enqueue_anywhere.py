@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engin
 
 import aioqueue
 from tests.support.django_db import django_connection
+from tests.support.pg import fetchval_once
 
 RUN_AT = datetime.datetime(2031, 5, 1, 12, tzinfo=datetime.UTC)
 COLUMNS = "queue, task, args::text, status, priority, run_at, attempts, max_attempts, dedup_key, archive, last_error"
@@ -745,11 +746,7 @@ async def test_every_path_shares_the_dedup_key_and_the_defaults(
 
 
 async def _count_jobs(dsn: str) -> int:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return int(await conn.fetchval("SELECT count(*) FROM aioqueue.jobs"))
-    finally:
-        await conn.close()
+    return int(await fetchval_once(dsn, "SELECT count(*) FROM aioqueue.jobs"))
 
 
 def _database_of(dsn: str) -> str:
@@ -928,19 +925,7 @@ async def test_a_server_restart_between_two_enqueues_is_no_reason_to_refuse() ->
 
 
 # -- 9. The examples ----------------------------------------------------------------------------
-
-
-async def test_fastapi_sqlalchemy_example_commits_order_and_job_together(
-    dsn: str, db: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from tests.support.examples import load_example, order_then_refusal, served
-
-    example = load_example("fastapi_sqlalchemy", dsn, monkeypatch)
-    async with served(example.app) as http:
-        await order_then_refusal(
-            http, db, confirmed=lambda order: bool(order["confirmed"]), orders="SELECT count(*) FROM sa_orders",
-            available="SELECT available FROM sa_stock", what="the worker to confirm the order",
-        )
+# (the FastAPI + SQLAlchemy example runs beside the plain FastAPI one in test_integrations.py)
 
 
 async def test_django_example_runs(dsn: str) -> None:

@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 import aioqueue
+from tests.support.pg import fetchval_once
 
 APP_NAME = "aioqueue-loops-test"
 
@@ -24,26 +25,12 @@ def _queue(dsn: str, **options: Any) -> aioqueue.Queue:
 
 def _backends(dsn: str) -> int:
     """Connections the test's Queues hold on the server (they name themselves)."""
-    async def count() -> int:
-        conn = await asyncpg.connect(dsn)
-        try:
-            return int(await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", APP_NAME))
-        finally:
-            await conn.close()
-
-    return asyncio.run(count())
+    return int(asyncio.run(fetchval_once(
+        dsn, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", APP_NAME)))
 
 
 def _jobs(dsn: str) -> int:
-    async def count() -> int:
-        conn = await asyncpg.connect(dsn)
-        try:
-            return int(await conn.fetchval("SELECT count(*) FROM aioqueue.jobs"))
-        finally:
-            await conn.close()
-
-    return asyncio.run(count())
+    return int(asyncio.run(fetchval_once(dsn, "SELECT count(*) FROM aioqueue.jobs")))
 
 
 def test_each_asyncio_run_gets_a_pool_that_closes_with_its_loop(dsn: str) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 import aioqueue
 from aioqueue._maintenance import Maintenance
-from tests.support.helpers import eventually, prune_archive, running
+from tests.support.helpers import eventually, hang_until_cancelled, prune_archive, running
 
 
 async def test_delayed_job_runs_only_after_its_database_time(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
@@ -191,10 +191,7 @@ async def test_cancel_running_job(q: aioqueue.Queue, listen: bool) -> None:
     @q.task
     async def long() -> None:
         inside.set()
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cancelled.set()
+        await hang_until_cancelled(cancelled)
 
     ref = await long.enqueue()
     # With NOTIFY the poll (60 s) cannot explain a quick cancel; without it, the poll must.

@@ -4,6 +4,8 @@ lifespan on, against PostgreSQL; and the background worker's startup and shutdow
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import asyncpg
@@ -36,14 +38,25 @@ async def max_loop_lag(until: anyio.Event, tick: float = 0.005) -> float:
     return worst
 
 
+@pytest.mark.parametrize(
+    ("name", "confirmed", "orders", "available"),
+    [
+        ("fastapi_app", lambda order: order["confirmed_at"] is not None,
+         "SELECT count(*) FROM orders", "SELECT available FROM stock WHERE item = 'widget'"),
+        ("fastapi_sqlalchemy", lambda order: bool(order["confirmed"]),
+         "SELECT count(*) FROM sa_orders", "SELECT available FROM sa_stock"),
+    ],
+)
 async def test_fastapi_order_and_job_commit_together(
-    dsn: str, db: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+    dsn: str, db: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch,
+    name: str, confirmed: Callable[[dict[str, Any]], bool], orders: str, available: str,
 ) -> None:
-    example = load_example("fastapi_app", dsn, monkeypatch)
+    """Both FastAPI examples (plain asyncpg, and SQLAlchemy sessions) commit an order and its
+    job together, or neither."""
+    example = load_example(name, dsn, monkeypatch)
     async with served(example.app) as http:
         await order_then_refusal(
-            http, db, confirmed=lambda order: order["confirmed_at"] is not None,
-            orders="SELECT count(*) FROM orders", available="SELECT available FROM stock WHERE item = 'widget'",
+            http, db, confirmed=confirmed, orders=orders, available=available,
             what="the background worker to confirm the order",
         )
     # Shutdown closed the pool the lifespan opened.

@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 import aioqueue
-from tests.support.helpers import eventually, running
+from tests.support.helpers import eventually, hang_until_cancelled, running
 from tests.support.worker import command
 
 
@@ -142,10 +142,7 @@ async def test_lost_lease_interrupts_the_handler(q: aioqueue.Queue, db: asyncpg.
 
     @q.task
     async def long() -> None:
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cancelled.set()
+        await hang_until_cancelled(cancelled)
 
     job_id = await long.enqueue()
     worker = q.worker(lease=30, heartbeat_interval=0.1, reap_interval=3600)

@@ -31,30 +31,29 @@ async def test_two_worker_processes_share_one_second_jobs(dsn: str, db: asyncpg.
 
 
 async def test_buffer_never_exceeds_the_cap(q: aioqueue.Queue) -> None:
-    held: list[int] = []
-    worker = q.worker(concurrency=2, prefetch=50)
+    succeeded, most = await _most_held(q, "quick", prefetch=50, jobs=3000)
+    assert succeeded == 3000
+    assert most <= 2 + 50
+    assert most > 2 + 10  # short jobs: it did claim ahead, in batches
 
-    @q.task
+    _, most = await _most_held(q, "quick_off", prefetch=0, jobs=500)
+    assert most <= 2
+
+
+async def _most_held(q: aioqueue.Queue, name: str, prefetch: int, jobs: int) -> tuple[int, int]:
+    """Drain ``jobs`` short jobs with a worker of concurrency 2 and this ``prefetch``; return
+    how many succeeded and the most jobs the worker held (running or buffered) at any start."""
+    held: list[int] = []
+    worker = q.worker(concurrency=2, prefetch=prefetch)
+
+    @q.task(name=name)
     async def quick(n: int) -> None:
         held.append(worker.active)
 
-    await quick.enqueue_many([{"n": i} for i in range(3000)])
+    await quick.enqueue_many([{"n": i} for i in range(jobs)])
     with anyio.fail_after(60):
-        assert (await worker.run_until_empty()).succeeded == 3000
-    assert max(held) <= 2 + 50
-    assert max(held) > 2 + 10  # short jobs: it did claim ahead, in batches
-
-    held.clear()
-    off = q.worker(concurrency=2, prefetch=0)
-
-    @q.task
-    async def quick_off(n: int) -> None:
-        held.append(off.active)
-
-    await quick_off.enqueue_many([{"n": i} for i in range(500)])
-    with anyio.fail_after(60):
-        await off.run_until_empty()
-    assert max(held) <= 2
+        stats = await worker.run_until_empty()
+    return stats.succeeded, max(held)
 
 
 async def test_stopping_worker_hands_back_unstarted_jobs_at_once(q: aioqueue.Queue, db: asyncpg.Connection) -> None:

@@ -14,7 +14,7 @@ import aioqueue
 from aioqueue._completer import Completer
 from aioqueue._config import WorkerConfig
 from aioqueue._producer import Producer
-from tests.support.helpers import eventually, reclaimed, running
+from tests.support.helpers import eventually, hang_until_cancelled, reclaimed, running
 
 
 async def test_claims_by_priority_then_run_at_then_id(q: aioqueue.Queue) -> None:
@@ -263,10 +263,7 @@ async def test_timeout_cancels_handler_and_counts_as_failure(q: aioqueue.Queue) 
 
     @q.task(timeout=0.2, max_attempts=1)
     async def hang() -> None:
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cancelled.set()
+        await hang_until_cancelled(cancelled)
 
     job_id = await hang.enqueue()
     with anyio.fail_after(10):

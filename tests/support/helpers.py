@@ -60,6 +60,15 @@ async def running(worker: aioqueue.Worker, timeout: float = 30.0) -> AsyncIterat
             worker.stop()
 
 
+async def hang_until_cancelled(cancelled: anyio.Event) -> None:
+    """A handler's body that never ends by itself: sleep until cancelled, then set ``cancelled``
+    (so a test can wait for the cancel to have reached the handler)."""
+    try:
+        await anyio.sleep_forever()
+    finally:
+        cancelled.set()
+
+
 async def eventually(
     check: Callable[[], Awaitable[bool]] | Callable[[], bool],
     timeout: float = 10.0,

@@ -105,12 +105,18 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-async def _server_version(dsn: str) -> str:
+async def fetchval_once(dsn: str, query: str, *args: Any) -> Any:
+    """The first value of ``query`` over a connection of its own, closed after (for a check from
+    outside the pools under test, or from code with no connection at hand)."""
     conn = await asyncpg.connect(dsn)
     try:
-        return str(await conn.fetchval("SHOW server_version"))
+        return await conn.fetchval(query, *args)
     finally:
         await conn.close()
+
+
+async def _server_version(dsn: str) -> str:
+    return str(await fetchval_once(dsn, "SHOW server_version"))
 
 
 async def _create_template(admin_dsn: str) -> None:
