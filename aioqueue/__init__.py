@@ -23,9 +23,10 @@ from ._errors import (
     Snooze,
     WrongDatabaseError,
 )
-from ._job import Job, JobInfo, JobRef, current_job
+from ._job import Job, JobInfo, JobRef, Progress, current_job
 from ._links import Call, Dependency
 from ._payload import UndecodableValue
+from ._progress import set_progress
 from ._relay import Relay, RelayStats
 from ._retry import Backoff
 from ._step_admin import StepInfo
@@ -61,6 +62,7 @@ __all__ = [
     "NotInTransactionError",
     "NotRegisteredError",
     "PayloadTooLargeError",
+    "Progress",
     "Queue",
     "Relay",
     "RelayStats",
@@ -84,6 +86,7 @@ __all__ = [
     "chord",
     "current_job",
     "group",
+    "set_progress",
     "sleep",
     "sleep_until",
     "step",

@@ -23,7 +23,7 @@ import anyio
 from . import _maintenance as maintenance
 from ._checks import check_int, check_job_id, check_job_ids, check_limit, check_name, check_rate
 from ._errors import ConfigurationError, JobCancelled, JobFailed, ResultUnavailable
-from ._job import JobInfo, shown_args
+from ._job import JobInfo, Progress, shown_args
 from ._notifier import Notifier
 from ._payload import UndecodableValue, check_json, decode_shown
 from ._registry import DEFAULT_INTERVAL, EXPIRY_INTERVALS
@@ -152,8 +152,8 @@ class Admin:
 
     async def job_detail(self, job_id: int) -> dict[str, Any] | None:
         """Return everything stored about a job, live or archived: ``get_job``'s fields plus its
-        lease (``lease_expires_at``, ``locked_at``), the worker that holds it (``locked_by``) and
-        ``cancel_requested``; None when it is gone."""
+        lease (``lease_expires_at``, ``locked_at``), the worker that holds it (``locked_by``),
+        ``cancel_requested`` and ``progress`` (a :class:`Progress` or None); None when it is gone."""
         async with self.db.connection() as conn:
             row = await conn.fetchrow(self.db.queries.get_job_detail, check_job_id(job_id))
         if row is None:
@@ -161,6 +161,7 @@ class Admin:
         detail = dict(row)
         detail["args"] = shown_args(row["args"])
         detail["result"] = decode_shown(row["result"], "result")
+        detail["progress"] = Progress.shown(row["progress"], row["attempts"])
         return detail
 
     async def list_workers(self, *, expiry: float | None = None) -> list[dict[str, Any]]:

@@ -13,12 +13,18 @@ dropped, the server restarted) the outcomes stay buffered and the write is retri
 backoff; while they wait, the heartbeat keeps their leases, so nothing is lost. Every write is
 fenced by the claim (id, attempt), and by default commits without waiting for its WAL flush
 (see the ``commit_mode`` fragment of ``queries.sql``).
+
+It also writes the progress handlers report (``aioqueue._progress``): only the latest value per
+claim is kept, all of them written in one statement ``progress_interval`` after the first
+arrived, and a claim's value always in the flush that writes its outcome, before it, so the
+last progress is neither lost nor written after the outcome (which the claim's fence would drop).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -106,6 +112,7 @@ class Completer:
         max_backlog: int | None = None,
         on_written: Callable[[list[ClaimKey]], None] = lambda claims: None,
         commit_mode: str | None = "off",
+        progress_interval: float = 0.5,
     ) -> None:
         self.db = db
         self.commit_mode = commit_mode
@@ -125,6 +132,11 @@ class Completer:
         self._room.set()
         self.writes = 0
         """Batches written so far: a claim made before a write may have missed the slots it freed."""
+        self.progress_interval = progress_interval
+        self._progress: dict[ClaimKey, str] = {}
+        self._progress_due: float | None = None
+        self.progress_writes = 0
+        """Statements that wrote reported progress so far."""
 
     def __len__(self) -> int:
         """Outcomes buffered and not yet written."""
@@ -189,6 +201,14 @@ class Completer:
         failures = [_Failure(job_id, attempt, error, None, True, _NO_RETRY) for (job_id, attempt), error in buried]
         await self._write_on(conn, _Batch(failures=failures))
 
+    def progress_reported(self, claim: ClaimKey, value: str) -> None:
+        """Keep ``value`` (a JSON object) as the latest progress of ``claim``, to be written
+        within ``progress_interval``, or with the claim's outcome if that comes first."""
+        if not self._progress:
+            self._progress_due = time.monotonic() + self.progress_interval
+            self._ready.set()  # the loop may be waiting without a deadline: give it one
+        self._progress[claim] = value
+
     def _arrived(self) -> None:
         self._idle.clear()
         self._ready.set()
@@ -199,12 +219,18 @@ class Completer:
         """Flush buffered outcomes until cancelled; retry failed writes with backoff."""
         failures = 0
         while True:
-            await self._ready.wait()
-            if len(self._batch) < self.batch_size and self.interval > 0:
+            due = self._progress_due
+            await self._ready.wait(None if due is None else max(0.0, due - time.monotonic()))
+            if not len(self._batch):
+                self._ready.clear()  # woken for progress only
+            elif len(self._batch) < self.batch_size and self.interval > 0:
                 # Let a burst of outcomes gather into one statement.
                 await anyio.sleep(self.interval)
             try:
                 await self.flush()
+                due = self._progress_due
+                if due is not None and due <= time.monotonic():
+                    await self.flush_progress()
                 failures = 0
             except Exception as exc:
                 failures += 1
@@ -238,6 +264,36 @@ class Completer:
             self.on_written(claims)
         self._idle.set()
 
+    async def flush_progress(self) -> None:
+        """Write every buffered progress value now; on failure they stay buffered (unless a
+        newer value of the same claim arrived meanwhile)."""
+        if not self._progress:
+            return
+        async with self.db.connection() as conn:
+            await self._write_progress(conn, list(self._progress))
+
+    async def _write_progress(self, conn: Connection, claims: list[ClaimKey]) -> None:
+        """Write the buffered progress of those of ``claims`` that have some, taking it out of
+        the buffer first; put back on failure."""
+        taken = {c: v for c in claims if (v := self._progress.pop(c, None)) is not None}
+        if not self._progress:
+            self._progress_due = None
+        if not taken:
+            return
+        b = self.db.statements.write_progress(
+            ids=[c[0] for c in taken], attempts=[c[1] for c in taken], values=list(taken.values()),
+            commit_mode=self.commit_mode,
+        )
+        try:
+            await conn.execute(b.sql, *b.args)
+        except BaseException:
+            for claim, value in taken.items():
+                self._progress.setdefault(claim, value)
+            if self._progress_due is None:
+                self._progress_due = time.monotonic() + self.progress_interval
+            raise
+        self.progress_writes += 1
+
     async def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until nothing is buffered; return whether that happened within ``timeout``."""
         return await self._idle.wait(timeout)
@@ -263,6 +319,8 @@ class Completer:
         """Write ``batch`` on ``conn``, one statement per kind; a kind written is emptied, so a
         failure leaves only the unwritten ones in the batch."""
         stmts, mode = self.db.statements, self.commit_mode
+        if self._progress:  # the batch's last progress first: after its outcome, the fence drops it
+            await self._write_progress(conn, batch.claims())
         if batch.done_ids:
             b = stmts.complete(
                 ids=batch.done_ids, attempts=batch.done_attempts, results=batch.done_results, commit_mode=mode

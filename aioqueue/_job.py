@@ -154,6 +154,55 @@ def current_job() -> Job:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Progress:
+    """What a job's handler reported last with :func:`aioqueue.set_progress`, as stored."""
+
+    fraction: float | None
+    """How far the job is, 0.0 to 1.0 (None: not given)."""
+    message: str | None
+    """A short message (None: not given)."""
+    data: Any
+    """A small JSON document (None: not given)."""
+    attempt: int
+    """The attempt that reported it."""
+    keep: bool
+    """Whether later attempts show it (until they report their own)."""
+    updated_at: datetime.datetime | None
+    """When a worker wrote it (the queue's clock): up to about half a second after the call."""
+
+    @classmethod
+    def shown(cls, text: str | None, attempts: int) -> Progress | None:
+        """The progress stored as ``text`` as readers show it for a job at attempt ``attempts``:
+        None when there is none, or when an earlier attempt reported it without ``keep``."""
+        if text is None:
+            return None
+        try:
+            doc = json.loads(text)
+            attempt, keep = int(doc["attempt"]), bool(doc.get("keep", False))
+        except (ValueError, TypeError, KeyError, RecursionError):  # not a value aioqueue wrote
+            return None
+        if attempt != attempts and not keep:
+            return None
+        at = doc.get("at")
+        fraction = doc.get("fraction")
+        return cls(
+            fraction=None if fraction is None else float(fraction),
+            message=doc.get("message"),
+            data=doc.get("data"),
+            attempt=attempt,
+            keep=keep,
+            updated_at=datetime.datetime.fromisoformat(at) if isinstance(at, str) else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict (``updated_at`` as ISO 8601)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.updated_at is not None:
+            out["updated_at"] = self.updated_at.isoformat()
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class JobInfo:
     """A job as stored: live (pending, running, dead) or archived (succeeded, cancelled)."""
 
@@ -173,6 +222,9 @@ class JobInfo:
     result: Any
     """An archived success's result (an :class:`UndecodableValue` if aioqueue cannot read it back)."""
     finished_at: datetime.datetime | None
+    progress: Progress | None = None
+    """What its handler reported last (:func:`aioqueue.set_progress`), while it runs and after;
+    None when it reported nothing, or when an earlier attempt did, without ``keep``."""
 
     @classmethod
     def from_record(cls, row: asyncpg.Record) -> JobInfo:
@@ -192,6 +244,7 @@ class JobInfo:
             dedup_key=row["dedup_key"],
             result=decode_shown(row["result"], "result"),
             finished_at=row["finished_at"],
+            progress=Progress.shown(row["progress"], row["attempts"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -203,6 +256,8 @@ class JobInfo:
             value = getattr(self, field.name)
             if isinstance(value, datetime.datetime):
                 value = value.isoformat()
+            elif isinstance(value, Progress):
+                value = value.to_dict()
             elif isinstance(value, UndecodableValue):
                 undecodable[field.name] = value.error
                 value = None
@@ -246,3 +301,9 @@ class JobRef(int):
     async def info(self) -> JobInfo | None:
         """The job as stored now, or None when it is gone."""
         return await self.queue.get_job(self)
+
+    async def progress(self) -> Progress | None:
+        """What the job's handler reported last (see :attr:`JobInfo.progress`); None when it
+        reported nothing, or the job is gone."""
+        info = await self.queue.get_job(self)
+        return None if info is None else info.progress

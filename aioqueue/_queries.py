@@ -65,6 +65,7 @@ class Queries:
     complete: str
     fail: str
     reschedule: str
+    write_progress: str
     extend_leases: str
     reap_expired: str
     prune_archive: str

@@ -131,6 +131,13 @@ class Statements:
         or an event wait (``suspend_jobs()`` of the steps migration)."""
         return Bound(self.queries.suspend, (ids, attempts, commit_mode))
 
+    def write_progress(
+        self, *, ids: Sequence[int], attempts: Sequence[int], values: Sequence[str], commit_mode: str | None
+    ) -> Bound:
+        """Store for each claim ``(ids[i], attempts[i])`` the progress its handler reported last,
+        ``values[i]`` (a JSON object), if the claim still holds its job."""
+        return Bound(self.queries.write_progress, (ids, attempts, values, commit_mode))
+
     def finish_cancelled(self, *, ids: Sequence[int], attempts: Sequence[int], commit_mode: str | None) -> Bound:
         """Archive as cancelled the claims whose handlers were cancelled on request."""
         ch = self.channels

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Unpack
 
 import anyio
 
+from . import _progress as progress
 from . import _steps as steps
 from . import _stop_signals as stop_signals
 from ._claims import ClaimKey, Claims
@@ -241,6 +242,7 @@ class Worker:
     async def _work(self, producer: Producer, executor: Executor, completer: Completer, burst: bool) -> None:
         # Where the handlers' durable steps are stored: the runners, started from here, inherit it.
         steps.bind(completer.db)
+        progress.bind(completer)  # and where they report progress
         async with anyio.create_task_group() as group:
             runners = Runners(group, executor, completer, self.claims, self.config.concurrency, lambda: self._stop)
             try:

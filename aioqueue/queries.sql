@@ -377,15 +377,15 @@ SELECT count(*) + (SELECT count(*) FROM flowed) FROM notified WHERE {commit_mode
 -- fragment: cancelled_columns
 -- What a cancelled job keeps in the archive, as the DELETE that removes it returns it.
 j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at, j.group_id,
-j.has_dependants, 'cancelled' AS status
+j.has_dependants, 'cancelled' AS status, j.progress
 
 -- fragment: archived_as_cancelled
 -- Move the `finished` jobs (see cancelled_columns) to the archive as cancelled; a row each.
 archived AS (
     INSERT INTO {schema}.jobs_done
-        (id, queue, task, args, status, priority, attempts, dedup_key, created_at, group_id)
+        (id, queue, task, args, status, priority, attempts, dedup_key, created_at, group_id, progress)
     SELECT r.id, r.queue, r.task, r.args, 'cancelled', r.priority, r.attempts, r.dedup_key, r.created_at,
-           r.group_id
+           r.group_id, r.progress
     FROM finished AS r
     RETURNING id
 ),
@@ -475,13 +475,13 @@ finished AS (
     WHERE {claimed_rows}
     RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.archive, j.created_at,
               (SELECT c.inputs FROM claims AS c) ->> (j.id || ':' || j.attempts) AS result,
-              j.group_id, j.has_dependants, 'succeeded' AS status
+              j.group_id, j.has_dependants, 'succeeded' AS status, j.progress
 ),
 archived AS (
     INSERT INTO {schema}.jobs_done
-        (id, queue, task, args, status, priority, attempts, result, dedup_key, created_at, group_id)
+        (id, queue, task, args, status, priority, attempts, result, dedup_key, created_at, group_id, progress)
     SELECT f.id, f.queue, f.task, f.args, 'succeeded', f.priority, f.attempts,
-           f.result::jsonb, f.dedup_key, f.created_at, f.group_id
+           f.result::jsonb, f.dedup_key, f.created_at, f.group_id, f.progress
     FROM finished AS f
     WHERE f.archive
 ),
@@ -584,6 +584,26 @@ notified AS (
 )
 SELECT f.id, (SELECT count(*) FROM notified) AS notified FROM finished AS f WHERE {commit_mode($7)};
 
+-- name: write_progress
+-- Store the progress that handlers reported (aioqueue.set_progress, migration 0019): for each
+-- claim (id $1, attempt $2) its latest value $3 (a JSON object), stamped with the queue's time.
+-- Fenced like complete: a value from an attempt that no longer holds its job is dropped, so a
+-- reaped attempt never overwrites the new attempt's progress, nor a finished job's. $4: the
+-- commit mode. Returns how many jobs it wrote.
+WITH claims AS MATERIALIZED (
+    -- Each claim's value keyed by the claim: see complete.
+    SELECT jsonb_object_agg(p.id || ':' || p.attempts, p.progress::jsonb) AS inputs
+    FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::text[])) AS p(id, attempts, progress)
+),
+written AS (
+    UPDATE {schema}.jobs AS j
+    SET progress = ((SELECT c.inputs FROM claims AS c) -> (j.id || ':' || j.attempts))
+                   || jsonb_build_object('at', {schema}.now())
+    WHERE {claimed_rows}
+    RETURNING j.id
+)
+SELECT count(*) FROM written WHERE {commit_mode($4)};
+
 -- name: extend_leases
 -- Heartbeat: push out the leases of every claim (id $1, attempt $2) this worker holds; returns
 -- the claims it still holds, so the caller learns which it lost. Fenced by the claim, so a lease
@@ -666,12 +686,12 @@ SELECT {schema}.archive_partitions($1);
 -- One job by id, live or archived.
 SELECT j.id, j.queue, j.task, j.args::text AS args, j.status, j.priority, j.attempts,
        j.max_attempts, j.run_at, j.created_at, j.last_error, j.dedup_key,
-       NULL::text AS result, NULL::timestamptz AS finished_at
+       NULL::text AS result, NULL::timestamptz AS finished_at, j.progress::text AS progress
 FROM {schema}.jobs AS j WHERE j.id = $1
 UNION ALL
 SELECT d.id, d.queue, d.task, d.args::text, d.status, d.priority, d.attempts,
        d.attempts, d.created_at, d.created_at, NULL, d.dedup_key,
-       d.result::text, d.finished_at
+       d.result::text, d.finished_at, d.progress::text
 FROM {schema}.jobs_done AS d WHERE d.id = $1
 LIMIT 1;
 
@@ -679,7 +699,7 @@ LIMIT 1;
 -- Dead jobs, newest first, optionally of one queue.
 SELECT j.id, j.queue, j.task, j.args::text AS args, j.status, j.priority, j.attempts,
        j.max_attempts, j.run_at, j.created_at, j.last_error, j.dedup_key,
-       NULL::text AS result, NULL::timestamptz AS finished_at
+       NULL::text AS result, NULL::timestamptz AS finished_at, j.progress::text AS progress
 FROM {schema}.jobs AS j
 WHERE j.status = 'dead' AND ($1::text IS NULL OR j.queue = $1)
 ORDER BY j.id DESC
@@ -1042,12 +1062,12 @@ ORDER BY j.id DESC;
 SELECT j.id, j.queue, j.task, j.args::text AS args, j.status, j.priority, j.attempts,
        j.max_attempts, j.run_at, j.created_at, j.last_error, j.dedup_key,
        NULL::text AS result, NULL::timestamptz AS finished_at,
-       j.lease_expires_at, j.locked_at, j.locked_by, j.cancel_requested
+       j.lease_expires_at, j.locked_at, j.locked_by, j.cancel_requested, j.progress::text AS progress
 FROM {schema}.jobs AS j WHERE j.id = $1
 UNION ALL
 SELECT d.id, d.queue, d.task, d.args::text, d.status, d.priority, d.attempts,
        d.attempts, d.created_at, d.created_at, NULL, d.dedup_key,
-       d.result::text, d.finished_at, NULL, NULL, NULL, false
+       d.result::text, d.finished_at, NULL, NULL, NULL, false, d.progress::text
 FROM {schema}.jobs_done AS d WHERE d.id = $1
 LIMIT 1;
 
@@ -1096,7 +1116,7 @@ SELECT a.id FROM archived AS a;
 -- oldest first, with get_job's columns. For a test's tables: it reads them whole.
 SELECT j.id, j.queue, j.task, j.args::text AS args, j.status, j.priority, j.attempts,
        j.max_attempts, j.run_at, j.created_at, j.last_error, j.dedup_key,
-       NULL::text AS result, NULL::timestamptz AS finished_at
+       NULL::text AS result, NULL::timestamptz AS finished_at, j.progress::text AS progress
 FROM {schema}.jobs AS j
 WHERE j.status = $1 AND ($2::text IS NULL OR j.task = $2) AND ($3::text IS NULL OR j.queue = $3)
 ORDER BY j.id;

@@ -1,21 +1,32 @@
-"""The commands on durable steps and events: ``steps JOB_ID`` (a job's stored steps, sleeps
-and waits), ``waits`` (the jobs sleeping or waiting for an event) and ``send-event NAME``,
-thin shells over the operator calls (:class:`~aioqueue._step_admin.StepAdmin`)."""
+"""The commands on a job's run: ``job JOB_ID`` (the job as stored, with the progress its handler
+reported), ``steps JOB_ID`` (its stored steps, sleeps and waits), ``waits`` (the jobs sleeping
+or waiting for an event) and ``send-event NAME``, thin shells over the operator calls
+(``get_job``, :class:`~aioqueue._step_admin.StepAdmin`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
-from ._common import EXIT_OK, UsageError, admin_queue, job_id, positive_int
+from .._job import JobInfo
+from ._common import EXIT_ERROR, EXIT_OK, UsageError, admin_queue, job_id, positive_int
 from ._operate import format_table
 
-COMMANDS = ("steps", "waits", "send-event")
+COMMANDS = ("job", "steps", "waits", "send-event")
 
 
 def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``steps``, ``waits`` and ``send-event`` to the command line's subcommands."""
+    """Add ``job``, ``steps``, ``waits`` and ``send-event`` to the command line's subcommands."""
+    job = commands.add_parser(
+        "job", parents=[common], help="show a job, with the progress its handler reported",
+        description="A job by id, live or archived: its state, and the progress its handler reported "
+        "(aioqueue.set_progress), while it runs and after.",
+    )
+    job.add_argument("id", type=job_id, metavar="ID", help="the job's id")
+    job.add_argument("--json", action="store_true", help="print JSON (get_job's fields)")
+
     steps = commands.add_parser(
         "steps", parents=[common], help="show a job's durable steps, sleeps and event waits",
         description="A job's stored steps (aioqueue.step), sleeps and event waits, first reached first.",
@@ -45,7 +56,13 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
 async def run(args: argparse.Namespace) -> int:
     """Run the command ``args`` names."""
     async with admin_queue(args) as queue:
-        if args.command == "steps":
+        if args.command == "job":
+            info = await queue.get_job(args.id)
+            if info is None:
+                print(f"aioqueue: error: no job with id {args.id}", file=sys.stderr)
+                return EXIT_ERROR
+            print(json.dumps(info.to_dict(), indent=2) if args.json else _job_fields(info))
+        elif args.command == "steps":
             steps = await queue.job_steps(args.id)
             if args.json:
                 print(json.dumps([s.to_dict() for s in steps], indent=2))
@@ -73,6 +90,28 @@ async def run(args: argparse.Namespace) -> int:
             reached = await queue.send_event(args.name, payload, key=args.key)
             print(f"event {args.name!r} reached {reached} waiting job(s)")
     return EXIT_OK
+
+
+def _job_fields(info: JobInfo) -> str:
+    """A job as ``field  value`` lines: what ``job`` prints."""
+    fields = [
+        ("job", str(info.id)), ("queue", info.queue), ("task", info.task), ("status", info.status),
+        ("attempts", f"{info.attempts}/{info.max_attempts}"), ("created (UTC)", _when(info.created_at)),
+    ]
+    if info.finished_at is not None:
+        fields.append(("finished (UTC)", _when(info.finished_at)))
+    p = info.progress
+    if p is not None:
+        done = "" if p.fraction is None else f"{p.fraction:.0%}"
+        fields.append(("progress", " ".join(x for x in (done, p.message or "") if x)))
+        if p.data is not None:
+            fields.append(("progress data", json.dumps(p.data, default=str)))
+        kept = ", kept" if p.keep else ""
+        fields.append(("reported", f"{_when(p.updated_at)} by attempt {p.attempt}{kept}"))
+    if info.last_error:
+        fields.append(("last error", info.last_error.splitlines()[0]))
+    width = max(len(name) for name, _ in fields)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in fields)
 
 
 def _when(value: Any) -> str:

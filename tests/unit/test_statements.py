@@ -38,6 +38,7 @@ ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     )),
     "finish_cancelled": (("finish_cancelled",), ("ids", "attempts", "channel.jobs", "channel.done", "commit_mode")),
     "suspend": (("suspend",), ("ids", "attempts", "commit_mode")),
+    "write_progress": (("write_progress",), ("ids", "attempts", "values", "commit_mode")),
     "enqueue_one": (("enqueue",), (*JOB_COLUMNS, "args", "key", "channel.jobs", "channel.due", "group",
                                    "jobs.partition_key")),
     "enqueue_batch": (("enqueue_many", "enqueue_many_keyed"), (
