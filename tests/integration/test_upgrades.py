@@ -173,6 +173,9 @@ async def test_partitioning_the_archive_keeps_it_under_archiving_workers_of_the_
             assert archived > 0
             await eventually(lambda: _archived_more(db, archived), timeout=20,
                              what="the old release to keep archiving after the migration")
+            # This release's get_job reads the columns of the later migrations too.
+            for later in [m.version for m in migrate.migrations() if m.version > version]:
+                await _apply(db, later)
             row = await db.fetchrow(q.get_job, 50000001)
             assert row is not None and row["status"] == "succeeded"
             newest = await db.fetchval("SELECT max(id) FROM aioqueue.jobs_done WHERE id < 50000000")
