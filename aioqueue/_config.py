@@ -24,6 +24,10 @@ from ._errors import ConfigurationError
 
 MAX_PREFETCH = 100_000
 MAX_SECONDS = 366 * 86400.0
+#: A queue table's dead rows past which a worker VACUUMs it. A job leaves about two dead rows in
+#: ``jobs`` (its claim's update and its delete), so this is some thousands of jobs: often under
+#: a flood, VACUUMing little each time, and rarely when the queue is quiet.
+DEFAULT_VACUUM_THRESHOLD = 10_000
 
 
 class WorkerOptions(TypedDict, total=False):
@@ -37,6 +41,7 @@ class WorkerOptions(TypedDict, total=False):
     heartbeat_interval: float | None
     reap_interval: float | None
     archive_retention: float | None
+    vacuum_threshold: int
     batch_size: int | None
     prefetch: int
     completion_batch: int
@@ -115,6 +120,11 @@ class WorkerConfig:
     archive_retention: float | None = dataclasses.field(
         default=7 * 86400.0, metadata=_cli("seconds archived jobs are kept (None: forever)", "--archive-retention")
     )
+    vacuum_threshold: int = dataclasses.field(
+        default=DEFAULT_VACUUM_THRESHOLD,
+        metadata=_cli("VACUUM a queue table once it has this many dead rows (and a fifth of its live "
+                      "rows), one worker at a time (0: never; leave it to autovacuum)", "--vacuum-threshold"),
+    )
     batch_size: int | None = dataclasses.field(
         default=None, metadata=_cli("most jobs one claim takes (default: concurrency + prefetch)", "--batch-size")
     )
@@ -186,6 +196,7 @@ class WorkerConfig:
         if self.archive_retention is not None:
             put(self, "archive_retention", _seconds("archive_retention", self.archive_retention, low=0.0,
                                                     inclusive=True, high=100 * 366 * 86400.0))
+        _int("vacuum_threshold", self.vacuum_threshold, 0, 2**62)
         batch = concurrency + prefetch if self.batch_size is None else self.batch_size
         put(self, "batch_size", _int("batch_size", batch, 1, MAX_CONCURRENCY + MAX_PREFETCH))
         _int("completion_batch", self.completion_batch, 1, 100_000)

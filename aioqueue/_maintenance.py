@@ -1,11 +1,13 @@
-"""Periodic upkeep every worker runs: the reaper, archive retention, and pruning of the
-throughput counters that ``status`` reads and of the durable steps of jobs that are gone.
+"""Periodic upkeep every worker runs: the reaper, archive retention, pruning of the
+throughput counters that ``status`` reads and of the durable steps of jobs that are gone, and
+VACUUM of the queue's tables once their dead rows pass a threshold.
 
 The reaper returns running jobs whose lease expired (their worker crashed, hung or lost its
 connection) to pending, or to dead when their attempts are spent. Retention drops the
 archive's day partitions once past the retention period, and makes the days ahead. Each is a
 single statement that skips rows, or work, other workers hold, so every worker may run them
-with no leader.
+with no leader. VACUUM, which cannot run in a transaction, skips a table another worker is
+vacuuming instead of waiting for it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ logger = logging.getLogger("aioqueue.maintenance")
 
 #: Seconds between two passes of :meth:`Maintenance.release_stranded`.
 STRANDED_INTERVAL = 30.0
+
+#: Seconds between two looks at the queue's tables' dead rows (at most: the reap interval if
+#: shorter). Each look reads the server's statistics only; under a steady flood of jobs a table
+#: gathers dead rows fast, and the sooner VACUUM makes their space reusable the less it grows.
+VACUUM_INTERVAL = 5.0
 
 
 async def reap(db: Database, batch: int = 1000) -> int:
@@ -64,6 +71,14 @@ class Maintenance:
     """Seconds between two prunings of the steps of jobs that are gone (it reads all of
     ``job_steps``: far less often than the reaper)."""
     _steps_pruned_at: float = dataclasses.field(default=-math.inf, init=False)
+    vacuum_threshold: int = 0
+    """Dead rows in one of the queue's tables (and at least a fifth of its live rows) past which
+    :meth:`vacuum` VACUUMs it; 0: never."""
+    vacuum_interval: float = VACUUM_INTERVAL
+    """Seconds between two looks by :meth:`run_vacuum`."""
+    vacuums: int = dataclasses.field(default=0, init=False)
+    """VACUUMs run so far."""
+    _not_allowed: set[str] = dataclasses.field(default_factory=set, init=False)
 
     async def reap(self) -> int:
         """Reap expired leases, a batch at a time, until none are left; return how many."""
@@ -125,6 +140,41 @@ class Maintenance:
             status = await conn.execute(self.db.queries.prune_queue_stats, 3600.0)
         return int(status.split()[-1])
 
+    async def vacuum(self) -> int:
+        """VACUUM each of the queue's tables whose dead rows passed ``vacuum_threshold``, one at
+        a time; return how many were vacuumed. A table this role may not vacuum is left to the
+        server's autovacuum, said once in the log."""
+        if self.vacuum_threshold <= 0:
+            return 0
+        async with self.db.connection() as conn:
+            rows = await conn.fetch(self.db.queries.vacuum_candidates, self.vacuum_threshold)
+        done = 0
+        for row in rows:
+            target = str(row["target"])
+            if not row["allowed"]:
+                if target not in self._not_allowed:
+                    self._not_allowed.add(target)
+                    logger.warning(
+                        "%s has %d dead rows, but this role may not VACUUM it (only its owner, the "
+                        "database's owner or a superuser may): autovacuum has to, or turn this off "
+                        "with vacuum_threshold=0", target, row["dead"],
+                    )
+                continue
+            async with self.db.connection() as conn:
+                # A statement of its own, never in a transaction: VACUUM refuses to run in one.
+                await conn.execute(self.db.queries.vacuum_table.replace("{table}", target))
+            logger.debug("vacuumed %s (%d dead rows)", target, row["dead"])
+            done += 1
+        self.vacuums += done
+        return done
+
+    async def run_vacuum(self) -> None:
+        """:meth:`vacuum` every ``vacuum_interval`` until cancelled (at once: never, when the
+        threshold is 0)."""
+        while self.vacuum_threshold > 0:
+            await self.step(self.vacuum)
+            await anyio.sleep(self.vacuum_interval)
+
     async def step(self, step: Callable[[], Awaitable[int]]) -> None:
         """Run one upkeep step; a failure is logged, and left to the next pass."""
         try:
@@ -134,7 +184,12 @@ class Maintenance:
 
     async def run(self, *, reaped: bool = False) -> None:
         """Run upkeep at start and then every ``reap_interval`` until cancelled (``reaped``: the
-        caller has just reaped, so the first pass does not)."""
+        caller has just reaped, so the first pass does not), and :meth:`run_vacuum` beside it."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.run_vacuum)
+            await self._run_upkeep(reaped)
+
+    async def _run_upkeep(self, reaped: bool) -> None:
         while True:
             for step in (self.reap, self.prune, self.prune_steps, self.prune_stats, self.release_stranded):
                 if reaped and step == self.reap:

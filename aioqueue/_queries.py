@@ -69,6 +69,8 @@ class Queries:
     extend_leases: str
     reap_expired: str
     prune_archive: str
+    vacuum_candidates: str
+    vacuum_table: str
     archive_partitions: str
     get_job: str
     list_dead: str

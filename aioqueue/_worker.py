@@ -32,7 +32,7 @@ from ._errors import ConfigurationError
 from ._executor import Executor
 from ._health import Health
 from ._lease import Heartbeat
-from ._maintenance import Maintenance
+from ._maintenance import VACUUM_INTERVAL, Maintenance
 from ._notifier import Notifier
 from ._outcome import Interrupt
 from ._periodic import Scheduler
@@ -183,7 +183,8 @@ class Worker:
             writing=completer.writing, on_lost=self._lost,
         )
         self.maintenance = Maintenance(
-            db, reap_interval=cfg.reap_interval or 1.0, archive_retention=cfg.archive_retention
+            db, reap_interval=cfg.reap_interval or 1.0, archive_retention=cfg.archive_retention,
+            vacuum_threshold=cfg.vacuum_threshold, vacuum_interval=min(VACUUM_INTERVAL, cfg.reap_interval or 1.0),
         )
         try:
             async with anyio.create_task_group() as services:

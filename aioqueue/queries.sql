@@ -682,6 +682,26 @@ SELECT r.dropped, r.deleted FROM {schema}.archive_retire(make_interval(secs => $
 -- Make the archive's partitions from today to $1 days ahead that are missing; how many.
 SELECT {schema}.archive_partitions($1);
 
+-- name: vacuum_candidates
+-- The queue's tables whose dead rows (the server's statistics: VACUUM resets the count) passed
+-- $1 and a fifth of their live rows, most first: each as a qualified name the server quoted,
+-- and whether this role may VACUUM it (it, or the database, is owned by a role it belongs to;
+-- a superuser belongs to every role).
+SELECT format('%I.%I', t.schemaname, t.relname) AS target, t.n_dead_tup AS dead,
+       pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.datdba, 'USAGE') AS allowed
+FROM pg_catalog.pg_stat_user_tables AS t
+JOIN pg_catalog.pg_class AS c ON c.oid = t.relid
+JOIN pg_catalog.pg_database AS d ON d.datname = current_database()
+WHERE t.schemaname = '{schema}' AND t.n_dead_tup >= greatest($1::bigint, t.n_live_tup / 5)
+ORDER BY t.n_dead_tup DESC;
+
+-- name: vacuum_table
+-- VACUUM one table ({table}: a name vacuum_candidates returned), outside any transaction.
+-- SKIP_LOCKED: a table another worker (or autovacuum) is vacuuming is skipped at once, not
+-- waited for, so workers take turns on the lock VACUUM takes anyway (a session's advisory lock
+-- would not survive a transaction pooler).
+VACUUM (SKIP_LOCKED) {table};
+
 -- name: get_job
 -- One job by id, live or archived.
 SELECT j.id, j.queue, j.task, j.args::text AS args, j.status, j.priority, j.attempts,

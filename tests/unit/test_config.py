@@ -22,6 +22,7 @@ BOUNDS: list[tuple[str, list[Any], Any]] = [
     ("heartbeat_interval", [0, -1, 300, 301, "1"], 299.9),
     ("reap_interval", [0, -1, float("inf"), "60"], 0.01),
     ("archive_retention", [-1, float("inf"), "7d"], 0),
+    ("vacuum_threshold", [-1, 1.5, True, "10000", None, 2**62 + 1], 0),
     ("batch_size", [0, -1, 110_001, 1.0, True], 110_000),
     ("prefetch", [-1, 100_001, 1.5, True, "10"], 100_000),
     ("completion_batch", [0, 100_001, 1.5, True], 100_000),
