@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from . import _maintenance as maintenance
-from ._checks import check_int, check_job_id, check_job_ids, check_limit, check_name, check_rate
+from ._checks import check_int, check_job_id, check_job_ids, check_limit, check_name, check_partition_key, check_rate
 from ._errors import ConfigurationError, JobCancelled, JobFailed, ResultUnavailable
 from ._job import JobInfo, Progress, shown_args
 from ._notifier import Notifier
@@ -52,12 +52,14 @@ PAGE_SCAN = 5000
 @dataclasses.dataclass(frozen=True, slots=True)
 class JobFilter:
     """Which jobs a listing or a bulk action covers: one status, optionally one queue, one task,
-    and arguments that contain ``args`` (a JSON object, as PostgreSQL's ``@>``)."""
+    arguments that contain ``args`` (a JSON object, as PostgreSQL's ``@>``), and one partition
+    key (live jobs only: the archive keeps no key)."""
 
     status: JobStatus = "pending"
     queue: str | None = None
     task: str | None = None
     args: dict[str, Any] | None = None
+    partition_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in JOB_STATUSES:
@@ -70,6 +72,11 @@ class JobFilter:
             if not isinstance(self.args, dict):
                 raise ConfigurationError(f"args must be a JSON object (a dict), got {self.args!r}")
             check_json(self.args, "args")
+        if self.partition_key is not None:
+            check_partition_key(self.partition_key)
+            if self.status in ("succeeded", "cancelled"):
+                raise ConfigurationError(f"the archive keeps no partition key: filter pending, running or "
+                                         f"dead jobs by key, not {self.status} ones")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -140,7 +147,9 @@ class Admin:
         }.get(where.status, self.db.queries.list_jobs)
         args = None if where.args is None else json.dumps(where.args)
         async with self.db.connection() as conn:
-            rows = await conn.fetch(statement, where.status, where.queue, where.task, before, args, scan, limit)
+            rows = await conn.fetch(
+                statement, where.status, where.queue, where.task, before, args, scan, limit, where.partition_key
+            )
         jobs = [_listed(r) for r in rows if r["id"] is not None]
         scanned, scanned_to = (rows[0]["scanned"], rows[0]["scanned_to"]) if rows else (0, None)
         if len(jobs) == limit:
@@ -360,9 +369,9 @@ def rows_to_read(where: JobFilter, limit: int) -> int:
     """How many candidate rows a listing page of ``limit`` jobs reads at most: ``limit`` when
     its index holds exactly the jobs ``where`` matches (dead or archived jobs filtered by queue
     or by task, not both; running jobs), else :data:`PAGE_SCAN` (pending jobs, read from the
-    primary key; a second filter; arguments). The page stops reading once it has ``limit``
+    primary key; a second filter; arguments; a partition key). The page stops reading once it has ``limit``
     jobs either way; an exact bound keeps the planner on the index's order."""
-    exact = where.args is None and (
+    exact = where.args is None and where.partition_key is None and (
         where.status == "running" or (where.status != "pending" and (where.queue is None or where.task is None))
     )
     return limit if exact else max(limit, PAGE_SCAN)

@@ -1,17 +1,22 @@
 """A queue's per-key settings: whether its claims take partition keys in turn, and how many jobs
-of one key may run at once, across every worker (migration 0018 and ``claim_keyed``)."""
+of one key may run at once, across every worker (migration 0018 and ``claim_keyed``); and the
+operator's view of its keys: the busiest ones, with their running and pending jobs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ._checks import check_int, check_name
+from ._checks import check_int, check_limit, check_name
 from ._errors import ConfigurationError
 
 if TYPE_CHECKING:
     from ._database import Database
 
 MAX_KEY_CONCURRENCY = 1_000_000
+#: How many of the newest jobs :func:`busiest_keys` reads for the keys arriving now.
+RECENT_JOBS = 5000
+#: How many candidate keys :func:`busiest_keys` counts per key it returns.
+CANDIDATES_PER_KEY = 4
 
 
 async def set_key_limits(db: Database, queue: str, *, concurrency: int | None, fair: bool) -> None:
@@ -23,3 +28,16 @@ async def set_key_limits(db: Database, queue: str, *, concurrency: int | None, f
         raise ConfigurationError(f"fair must be True or False, got {fair!r}")
     async with db.connection() as conn:
         await conn.execute(db.queries.set_key_limits, queue, fair, concurrency, db.channels.jobs)
+
+
+async def busiest_keys(db: Database, queue: str, *, limit: int = 10, bound: int = 1000) -> list[dict[str, Any]]:
+    """The busiest partition keys of ``queue`` (see :meth:`aioqueue.Queue.busiest_keys`)."""
+    check_name("queue name", queue)
+    check_limit("limit", limit, 1, 100)
+    check_limit("bound", bound, 1, 100_000)
+    async with db.connection() as conn, conn.transaction():
+        await conn.execute(db.queries.without_jit)
+        rows = await conn.fetch(
+            db.queries.busiest_keys, queue, limit, bound, RECENT_JOBS, CANDIDATES_PER_KEY * limit
+        )
+    return [dict(r) for r in rows]

@@ -64,6 +64,15 @@ class Operations:
         interval."""
         await keys.set_key_limits(self.admin.db, queue, concurrency=concurrency, fair=fair)
 
+    async def busiest_keys(self, queue: str, *, limit: int = 10, bound: int = 1000) -> list[dict[str, Any]]:
+        """The busiest partition keys of ``queue``, most running and pending jobs first, at most
+        ``limit`` (1 to 100): dicts of ``key``, ``running`` (exact), ``pending`` and ``ready``
+        (each counted up to ``bound``, 1 to 100,000: a count equal to ``bound`` means at least
+        that many). Bounded however many keys wait: the keys counted are those with running
+        jobs, those of the newest pending jobs and the most common ones in the table's
+        statistics (see the how-to on per-key limits)."""
+        return await keys.busiest_keys(self.admin.db, queue, limit=limit, bound=bound)
+
     async def queue_settings(self) -> list[dict[str, Any]]:
         """Every queue with settings: name, paused, concurrency_limit, rate_limit, rate_period,
         fair, key_concurrency_limit."""

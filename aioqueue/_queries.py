@@ -118,6 +118,7 @@ class Queries:
     send_event: str
     list_waits: str
     prune_steps: str
+    busiest_keys: str
 
 
 def parse(text: str) -> dict[str, str]:

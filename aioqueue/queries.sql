@@ -953,13 +953,14 @@ ORDER BY s.queue, s.minute;
 
 -- fragment: listed_columns
 j.id, j.queue, j.task, j.args::text AS args, j.status, j.priority, j.attempts, j.max_attempts,
-j.run_at, j.created_at, left(j.last_error, 500) AS last_error
+j.run_at, j.created_at, left(j.last_error, 500) AS last_error, j.partition_key
 
 -- fragment: page_of_candidates
 -- The rest of a listing, after its `candidates` (at most $6 rows, newest first, read through
 -- an index that matches them exactly or, for pending jobs, the primary key): the first $7 that
 -- match the filters left (`matched`, which reads the candidates only as far as it needs), and
--- the page's jobs (looked up by primary key, or the matched rows themselves). `scanned` and `scanned_to` say how far the read went when the
+-- the page's jobs (looked up by primary key, or the matched rows themselves). $8: only the jobs
+-- of this partition key (NULL: any; the archive keeps no key, so none of it matches). `scanned` and `scanned_to` say how far the read went when the
 -- page came up short (then every candidate was read; otherwise they are 0 and NULL, and nothing
 -- more is read), so a caller continues a sparse search from there. The one-row `s` keeps that
 -- summary when nothing matched. No ORDER BY over the candidates: they come out of their
@@ -971,6 +972,7 @@ matched AS MATERIALIZED (
       AND ($2::text IS NULL OR c.queue = $2)
       AND ($3::text IS NULL OR c.task = $3)
       AND ($5::jsonb IS NULL OR c.args @> $5::jsonb)
+      AND ($8::text IS NULL OR c.partition_key = $8)
     LIMIT $7
 ),
 s AS (
@@ -980,34 +982,35 @@ s AS (
 
 -- name: list_jobs
 -- A page of pending or dead jobs (status $1), newest first, below keyset $4 (an id; NULL: the
--- top), optionally of queue $2, task $3, with arguments containing $5 (see page_of_candidates).
+-- top), optionally of queue $2, task $3, with arguments containing $5, of partition key $8 (see
+-- page_of_candidates).
 -- Pending jobs have no listing index (an enqueue pays for none): their candidates are the
 -- newest $6 rows of the primary key, whatever their status, filtered after. Dead jobs are read
 -- through the dead-only index that matches the filter (queue: jobs_dead_idx; else task:
 -- jobs_dead_task_idx; else jobs_dead_list_idx). One branch runs; the others stop at their
 -- one-time filter. The keyset is `id < coalesce($4, max)`, an index condition in any plan.
 WITH candidates AS MATERIALIZED (
-    (SELECT j.id, j.status, j.queue, j.task, j.args
+    (SELECT j.id, j.status, j.queue, j.task, j.args, j.partition_key
      FROM {schema}.jobs AS j
      WHERE $1::text = 'pending' AND j.id < coalesce($4::bigint, 9223372036854775807)
      ORDER BY j.id DESC
      LIMIT $6)
     UNION ALL
-    (SELECT j.id, j.status, j.queue, j.task, j.args
+    (SELECT j.id, j.status, j.queue, j.task, j.args, j.partition_key
      FROM {schema}.jobs AS j
      WHERE $1::text = 'dead' AND j.status = 'dead' AND j.queue = $2
        AND j.id < coalesce($4::bigint, 9223372036854775807)
      ORDER BY j.id DESC
      LIMIT $6)
     UNION ALL
-    (SELECT j.id, j.status, j.queue, j.task, j.args
+    (SELECT j.id, j.status, j.queue, j.task, j.args, j.partition_key
      FROM {schema}.jobs AS j
      WHERE $1::text = 'dead' AND $2::text IS NULL AND j.status = 'dead' AND j.task = $3
        AND j.id < coalesce($4::bigint, 9223372036854775807)
      ORDER BY j.id DESC
      LIMIT $6)
     UNION ALL
-    (SELECT j.id, j.status, j.queue, j.task, j.args
+    (SELECT j.id, j.status, j.queue, j.task, j.args, j.partition_key
      FROM {schema}.jobs AS j
      WHERE $1::text = 'dead' AND $2::text IS NULL AND $3::text IS NULL AND j.status = 'dead'
        AND j.id < coalesce($4::bigint, 9223372036854775807)
@@ -1029,11 +1032,12 @@ ORDER BY j.id DESC
 -- list_jobs for running jobs: few (at most the workers' slots), read through jobs_lease_idx
 -- and sorted.
 WITH candidates AS MATERIALIZED (
-    SELECT j.id, j.status, j.queue, j.task, j.args
+    SELECT j.id, j.status, j.queue, j.task, j.args, j.partition_key
     FROM {schema}.jobs AS j
     WHERE j.status = 'running'
       AND ($2::text IS NULL OR j.queue = $2)
       AND ($3::text IS NULL OR j.task = $3)
+      AND ($8::text IS NULL OR j.partition_key = $8)
       AND j.id < coalesce($4::bigint, 9223372036854775807)
       AND $1::text = 'running'
     ORDER BY j.id DESC
@@ -1048,21 +1052,24 @@ WITH candidates AS MATERIALIZED (
 -- is applied to the candidates. The page is the matched candidates, which carry every column
 -- it shows: looked up by id again, each row would probe every partition's id index.
 WITH candidates AS MATERIALIZED (
-    (SELECT d.id, d.status, d.queue, d.task, d.args, d.priority, d.attempts, d.created_at, d.finished_at
+    (SELECT d.id, d.status, d.queue, d.task, d.args, NULL::text AS partition_key, d.priority, d.attempts,
+            d.created_at, d.finished_at
      FROM {schema}.jobs_done AS d
      WHERE d.status = $1 AND d.queue = $2
        AND d.id < coalesce($4::bigint, 9223372036854775807)
      ORDER BY d.id DESC
      LIMIT $6)
     UNION ALL
-    (SELECT d.id, d.status, d.queue, d.task, d.args, d.priority, d.attempts, d.created_at, d.finished_at
+    (SELECT d.id, d.status, d.queue, d.task, d.args, NULL::text AS partition_key, d.priority, d.attempts,
+            d.created_at, d.finished_at
      FROM {schema}.jobs_done AS d
      WHERE $2::text IS NULL AND d.status = $1 AND d.task = $3
        AND d.id < coalesce($4::bigint, 9223372036854775807)
      ORDER BY d.id DESC
      LIMIT $6)
     UNION ALL
-    (SELECT d.id, d.status, d.queue, d.task, d.args, d.priority, d.attempts, d.created_at, d.finished_at
+    (SELECT d.id, d.status, d.queue, d.task, d.args, NULL::text AS partition_key, d.priority, d.attempts,
+            d.created_at, d.finished_at
      FROM {schema}.jobs_done AS d
      WHERE $2::text IS NULL AND $3::text IS NULL AND d.status = $1
        AND d.id < coalesce($4::bigint, 9223372036854775807)
@@ -1072,7 +1079,7 @@ WITH candidates AS MATERIALIZED (
 {page_of_candidates}
 SELECT s.scanned, s.scanned_to, j.id, j.queue, j.task, j.args::text AS args, j.status, j.priority,
        j.attempts, j.attempts AS max_attempts, j.created_at AS run_at, j.created_at,
-       NULL::text AS last_error, NULL::text AS locked_by, j.finished_at
+       NULL::text AS last_error, NULL::text AS partition_key, NULL::text AS locked_by, j.finished_at
 FROM s
 LEFT JOIN matched AS j ON true
 ORDER BY j.id DESC;
@@ -1421,3 +1428,96 @@ WITH gone AS (
     LIMIT $1
 )
 DELETE FROM {schema}.job_steps AS s USING gone WHERE s.job_id = gone.job_id;
+
+-- name: busiest_keys
+-- The busiest partition keys of queue $1: at most $2 keys with the most running and pending
+-- jobs, each with its running jobs (exact: jobs_partition_running_idx holds only running jobs,
+-- at most the workers' slots) and its pending and ready jobs, each counted up to $3 (a range of
+-- jobs_partition_ready_idx per priority). Counting every key's jobs would read every pending
+-- job, so the keys counted are a bounded set of candidates, the $5 of most weight among: every
+-- key with a running job, the keys of the pending jobs among the newest $4 (the primary key,
+-- newest first: the keys arriving now), the keys of the queue's $4 first pending jobs in the
+-- ready order (jobs_ready_idx: the keys waiting longest, a flood that arrived earlier), and the
+-- column's most common values in the table's statistics (ANALYZE's sample). The cost is the
+-- running jobs, 2 x $4 rows, and at most $3 index entries per candidate and priority, however
+-- many keys wait.
+WITH RECURSIVE running AS (
+    SELECT r.partition_key AS key, count(*) AS running
+    FROM {schema}.jobs AS r
+    WHERE r.status = 'running' AND r.partition_key IS NOT NULL AND r.queue = $1
+    GROUP BY r.partition_key
+),
+recent AS (
+    SELECT n.partition_key AS key, count(*) AS seen
+    FROM (SELECT j.partition_key, j.queue, j.status FROM {schema}.jobs AS j ORDER BY j.id DESC LIMIT $4) AS n
+    WHERE n.partition_key IS NOT NULL AND n.queue = $1 AND n.status = 'pending'
+    GROUP BY n.partition_key
+),
+oldest AS (
+    SELECT o.partition_key AS key, count(*) AS seen
+    FROM (SELECT j.partition_key FROM {schema}.jobs AS j
+          WHERE j.status = 'pending' AND j.queue = $1
+          ORDER BY j.priority DESC, j.run_at, j.id
+          LIMIT $4) AS o
+    WHERE o.partition_key IS NOT NULL
+    GROUP BY o.partition_key
+),
+common AS (
+    SELECT v.key, v.freq * greatest(c.reltuples, 0) AS share
+    FROM pg_catalog.pg_class AS c
+    JOIN pg_catalog.pg_namespace AS ns ON ns.oid = c.relnamespace
+    JOIN pg_catalog.pg_stats AS s
+      ON s.schemaname = ns.nspname AND s.tablename = c.relname AND s.attname = 'partition_key' AND NOT s.inherited
+    CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(key, freq)
+    WHERE c.oid = '{schema}.jobs'::regclass
+),
+candidates AS (
+    SELECT w.key FROM (
+        SELECT r.key, r.running::float8 AS weight FROM running AS r
+        UNION ALL SELECT n.key, n.seen::float8 FROM recent AS n
+        UNION ALL SELECT o.key, o.seen::float8 FROM oldest AS o
+        UNION ALL SELECT m.key, m.share FROM common AS m
+    ) AS w
+    GROUP BY w.key
+    ORDER BY sum(w.weight) DESC, w.key
+    LIMIT $5
+),
+-- The priorities of the queue's pending keyed jobs: one probe of the index each (ordered as
+-- jobs_partition_ready_idx, so that jobs without a key, in jobs_ready_idx, are never read).
+levels(priority) AS (
+    (SELECT j.priority FROM {schema}.jobs AS j
+     WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = $1
+     ORDER BY j.priority DESC, j.partition_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM {schema}.jobs AS j
+            WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = $1 AND j.priority < l.priority
+            ORDER BY j.priority DESC, j.partition_key LIMIT 1)
+    FROM levels AS l
+    WHERE l.priority IS NOT NULL
+),
+counted AS (
+    SELECT c.key, coalesce(r.running, 0) AS running,
+           least($3, coalesce(sum(x.pending), 0))::bigint AS pending,
+           least($3, coalesce(sum(x.ready), 0))::bigint AS ready
+    FROM candidates AS c
+    LEFT JOIN running AS r ON r.key = c.key
+    LEFT JOIN LATERAL (
+        SELECT count(*) AS pending, count(*) FILTER (WHERE p.run_at <= {schema}.now()) AS ready
+        FROM levels AS l
+        CROSS JOIN LATERAL (
+            SELECT j.run_at FROM {schema}.jobs AS j
+            WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = $1
+              AND j.priority = l.priority AND j.partition_key = c.key
+            ORDER BY j.run_at
+            LIMIT $3
+        ) AS p
+        WHERE l.priority IS NOT NULL
+        GROUP BY l.priority
+    ) AS x ON true
+    GROUP BY c.key, r.running
+)
+SELECT k.key, k.running, k.pending, k.ready
+FROM counted AS k
+WHERE k.running > 0 OR k.pending > 0
+ORDER BY k.running + k.pending DESC, k.key
+LIMIT $2;

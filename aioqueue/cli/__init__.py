@@ -4,7 +4,8 @@
 processes with ``--processes`` (see :mod:`aioqueue.cli._worker`); ``migrate``, ``status`` and
 ``dead list|retry|purge`` are thin shells over the operator calls (:mod:`aioqueue.cli._operate`),
 and ``workflow show|cancel`` and ``group list|show|close`` over the workflow calls
-(:mod:`aioqueue.cli._workflows`); ``dashboard`` serves the web dashboard
+(:mod:`aioqueue.cli._workflows`), ``keys QUEUE`` over the busiest keys (:mod:`aioqueue.cli._keys`);
+``dashboard`` serves the web dashboard
 (:mod:`aioqueue.cli._dashboard`); ``relay`` and ``outbox status`` publish and show the outbox
 (:mod:`aioqueue.cli._relay`). The database comes from
 ``--dsn``, else ``AIOQUEUE_DSN``, else ``DATABASE_URL``. Exit status: 0 done, 1 the database
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 
 from .._errors import AioqueueError, ConfigurationError, SchemaNotReadyError
 from .._supervisor import report, report_fd_from_env
-from . import _dashboard, _operate, _relay, _steps, _worker, _workflows
+from . import _dashboard, _keys, _operate, _relay, _steps, _worker, _workflows
 from ._common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, run_async
 from ._parser import build_parser
 
@@ -52,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_async(_workflows.run, args)
         if args.command in _steps.COMMANDS:
             return run_async(_steps.run, args)
+        if args.command in _keys.COMMANDS:
+            return run_async(_keys.run, args)
         return run_async(_operate.run, args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from .._version import __version__
-from . import _dashboard, _operate, _relay, _steps, _worker, _workflows
+from . import _dashboard, _keys, _operate, _relay, _steps, _worker, _workflows
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     _operate.add_parsers(commands, common)
     _workflows.add_parsers(commands, common)
     _steps.add_parsers(commands, common)
+    _keys.add_parsers(commands, common)
     _dashboard.add_parser(commands, common)
     _relay.add_parsers(commands, common)
     return parser

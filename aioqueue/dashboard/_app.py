@@ -31,6 +31,7 @@ from .._admin import JOB_STATUSES, BulkAction
 from .._errors import AioqueueError, ConfigurationError
 from . import _charts as charts
 from . import _inputs as inputs
+from . import _keys as keys
 from . import _text as text
 from . import _workflows as workflows
 from ._inputs import FILTER_FIELDS
@@ -264,8 +265,8 @@ class Dashboard:
             if scope == "filter":
                 where = inputs.job_filter({k: str(form.get(k, "")).strip() for k in FILTER_FIELDS})
                 target = f"every {where.status} job" + "".join(
-                    f" {k}={v!r}" for k, v in (("queue", where.queue), ("task", where.task), ("args", where.args))
-                    if v is not None)
+                    f" {k}={v!r}" for k, v in (("queue", where.queue), ("task", where.task), ("args", where.args),
+                                               ("key", where.partition_key)) if v is not None)
             else:
                 ids = inputs.job_ids(form.getlist("ids"))
                 if not ids:
@@ -381,6 +382,7 @@ def create_app(
         middleware=[Middleware(HostGuard, hosts=hosts)],
         routes=[
             Route("/", dashboard.queues_page, name="queues"),
+            Route("/queue", functools.partial(keys.queue_page, dashboard), name="queue"),
             Route("/jobs", dashboard.jobs_page, name="jobs"),
             Route("/jobs/{job_id}", dashboard.job_page, name="job"),
             Route("/dead", dashboard.dead_page, name="dead"),

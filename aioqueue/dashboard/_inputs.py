@@ -1,6 +1,6 @@
 """What a request carries, as the values the dashboard acts on: job ids (the jump box, the
 ``before`` cursor, a job's page, the jobs selected) and job filters (status, queue, task,
-arguments). Every route reads them through here, so each is checked once, before anything is
+arguments, partition key). Every route reads them through here, so each is checked once, before anything is
 read or changed; a value that does not pass raises :class:`~aioqueue.ConfigurationError`
 naming it, which the routes answer with a 400 page.
 """
@@ -17,7 +17,7 @@ from .._errors import ConfigurationError
 from .._payload import MAX_DEPTH
 
 #: The fields of a job filter, in query strings and forms.
-FILTER_FIELDS = ("status", "queue", "task", "args")
+FILTER_FIELDS = ("status", "queue", "task", "args", "key")
 _ID_DIGITS = len(str(BIGINT_MAX))
 
 
@@ -45,13 +45,14 @@ def before(text: str) -> int | None:
 
 def job_filter(fields: Mapping[str, str]) -> JobFilter:
     """The :class:`~aioqueue._admin.JobFilter` that a listing's or a bulk action's fields ask for
-    (``status`` defaults to pending); :class:`JobFilter` checks the names and the arguments'
-    values, as it does for every caller."""
+    (``status`` defaults to pending; ``key``: a partition key); :class:`JobFilter` checks the
+    names, the key and the arguments' values, as it does for every caller."""
     return JobFilter(
         status=fields.get("status") or "pending",  # type: ignore[arg-type]  # JobFilter checks it
         queue=fields.get("queue") or None,
         task=fields.get("task") or None,
         args=arguments(fields.get("args", "")),
+        partition_key=fields.get("key") or None,
     )
 
 

@@ -33,21 +33,22 @@ def big(relation: str | None) -> bool:
 
 
 async def fill(db: asyncpg.Connection, pending: int, archived: int) -> dict[str, int]:
-    """Pending jobs over two queues and three tasks (one in a thousand of task 'rare'), dead and
-    running ones, an archive; analysed."""
+    """Pending jobs over two queues, three tasks (one in a thousand of task 'rare') and 100
+    partition keys, dead and running ones, an archive; analysed."""
     # Dead and running jobs are older than the backlog behind them, as a claim takes the oldest.
     await db.execute(
-        "INSERT INTO aioqueue.jobs (queue, task, args, status, attempts, locked_by, lease_expires_at) "
-        "SELECT 'bulk', 'odd', '{}', 'running', 1, 'w1', now() + interval '5 minutes' FROM generate_series(1, 20)")
+        "INSERT INTO aioqueue.jobs (queue, task, args, status, attempts, locked_by, lease_expires_at, partition_key) "
+        "SELECT 'bulk', 'odd', '{}', 'running', 1, 'w1', now() + interval '5 minutes', 'tenant-' || (g % 2 * 7) "
+        "FROM generate_series(1, 20) AS g")
     await db.execute(
         "INSERT INTO aioqueue.jobs (queue, task, args, status, attempts, last_error) "
         "SELECT 'bulk', 'odd', jsonb_build_object('n', g), 'dead', 5, 'boom' FROM generate_series(1, 2000) AS g")
     await db.execute(
-        "INSERT INTO aioqueue.jobs (queue, task, args, run_at) "
+        "INSERT INTO aioqueue.jobs (queue, task, args, run_at, partition_key) "
         "SELECT CASE WHEN g % 10 = 0 THEN 'rare' ELSE 'bulk' END, "
         "CASE WHEN g % 1000 = 0 THEN 'rare' WHEN g % 2 = 0 THEN 'even' ELSE 'odd' END, "
-        "jsonb_build_object('user', g % 1000, 'n', g), now() - interval '1 minute' + (g % 3) * interval '1 hour' "
-        "FROM generate_series(1, $1) AS g", pending)
+        "jsonb_build_object('user', g % 1000, 'n', g), now() - interval '1 minute' + (g % 3) * interval '1 hour', "
+        "'tenant-' || (g % 100) FROM generate_series(1, $1) AS g", pending)
     await db.execute(
         "INSERT INTO aioqueue.jobs_done (id, queue, task, args, status, priority, attempts, created_at) "
         "SELECT 10000000 + g, CASE WHEN g % 10 = 0 THEN 'rare' ELSE 'bulk' END, "
@@ -78,13 +79,13 @@ PAGE = 50
 
 def listing(
     what: str, status: str, queue: str | None = None, task: str | None = None,
-    before: int | None = None, args: str | None = None, *, reads: int = PAGE,
+    before: int | None = None, args: str | None = None, *, key: str | None = None, reads: int = PAGE,
 ) -> tuple[str, str, tuple[Any, ...], int]:
     """One listing as Admin.list_jobs runs it: (what, statement, parameters, rows it may read)."""
     sql = {"running": Q.list_running_jobs, "succeeded": Q.list_archived_jobs,
            "cancelled": Q.list_archived_jobs}.get(status, Q.list_jobs)
-    scan = rows_to_read(JobFilter(status, queue, task, None if args is None else {}), PAGE)  # type: ignore[arg-type]
-    return what, sql, (status, queue, task, before, args, scan, PAGE), reads
+    scan = rows_to_read(JobFilter(status, queue, task, None if args is None else {}, key), PAGE)  # type: ignore[arg-type]
+    return what, sql, (status, queue, task, before, args, scan, PAGE, key), reads
 
 
 def listings(top: int) -> list[tuple[str, str, tuple[Any, ...], int]]:
@@ -101,6 +102,8 @@ def listings(top: int) -> list[tuple[str, str, tuple[Any, ...], int]]:
         listing("pending of a rare task", "pending", None, "rare", reads=PAGE_SCAN),
         listing("pending of a queue and task", "pending", "rare", "even", reads=PAGE * 10),
         listing("pending by arguments", "pending", args='{"user": 7}', reads=PAGE_SCAN),
+        listing("pending of a key", "pending", key="tenant-7", reads=PAGE_SCAN),
+        listing("running of a key", "running", key="tenant-7", reads=100),
         listing("dead, newest", "dead"),
         listing("dead of a queue", "dead", "bulk"),
         listing("dead of a task", "dead", None, "odd"),
@@ -115,8 +118,8 @@ def listings(top: int) -> list[tuple[str, str, tuple[Any, ...], int]]:
 
 
 #: The listings' parameter types and a value for each, for the generic plan (see explain_generic).
-LIST_TYPES = "text, text, text, bigint, jsonb, bigint, bigint"
-LIST_VALUES = "'pending', 'rare', NULL, NULL, NULL, 5000, 50"
+LIST_TYPES = "text, text, text, bigint, jsonb, bigint, bigint, text"
+LIST_VALUES = "'pending', 'rare', NULL, NULL, NULL, 5000, 50, NULL"
 
 
 @pytest.mark.parametrize(

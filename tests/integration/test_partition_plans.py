@@ -1,8 +1,8 @@
-"""Guard the keyed claim (claim_keyed, migration 0018) with 100,000 distinct keys pending: every
-statement it runs reads an index, never the table, and the rows it reads follow the jobs it
-claims, not the keys or jobs waiting, in the table states that mislead the planner (fresh
-statistics, statistics taken before the burst, dead entries left by a fast drain, a deep history
-of dead and archived jobs).
+"""Guard the keyed claim (claim_keyed, migration 0018) and the busiest-keys view with 100,000
+distinct keys pending: every statement they run reads an index, never the table, and the rows
+they read follow the jobs claimed (the keys counted), not the keys or jobs waiting, in the
+table states that mislead the planner (fresh statistics, statistics taken before the burst,
+dead entries left by a fast drain, a deep history of dead and archived jobs).
 
 Plans and row counts only, never timings: speed is the benchmark's business.
 """
@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
+from aioqueue import _keys as keys
 from aioqueue._queries import for_schema
-from tests.support.plans import explain_nested, indexes, nodes, scans
+from tests.support.plans import explain, explain_nested, indexes, nodes, scans
 
 Q = for_schema("aioqueue")
 KEYS = 100_000
@@ -48,10 +49,8 @@ async def drain(db: asyncpg.Connection, jobs: int, batch: int = 500) -> None:
         done += len(rows)
 
 
-@pytest.mark.parametrize("state", ["analysed", "stale", "drained", "history"])
-async def test_the_keyed_claim_reads_indexes_and_rows_bounded_by_its_batch(
-    db: asyncpg.Connection, state: str
-) -> None:
+async def table_in(db: asyncpg.Connection, state: str) -> None:
+    """The keyed backlog in queue 'tenants' (one job per key running at most), in ``state``."""
     await db.execute("ALTER TABLE aioqueue.jobs SET (autovacuum_enabled = false)")
     await db.execute("INSERT INTO aioqueue.queues (name, key_concurrency_limit) VALUES ('tenants', 1)")
     if state == "stale":
@@ -69,6 +68,13 @@ async def test_the_keyed_claim_reads_indexes_and_rows_bounded_by_its_batch(
     if state == "drained":
         await drain(db, 20_000)  # dead entries in the keyed index, behind the cursor
         await db.execute("UPDATE aioqueue.queues SET key_cursor = NULL")  # the walk starts over them
+
+
+@pytest.mark.parametrize("state", ["analysed", "stale", "drained", "history"])
+async def test_the_keyed_claim_reads_indexes_and_rows_bounded_by_its_batch(
+    db: asyncpg.Connection, state: str
+) -> None:
+    await table_in(db, state)
     # Half the batch's keys are at their limit: the flood's running job holds its key.
     await keyed_claim(db, 1)
     ran = await explain_nested(db, Q.claim, ["tenants"], [10], "plan-test", 300.0, 10, "off")
@@ -87,3 +93,34 @@ async def test_the_keyed_claim_reads_indexes_and_rows_bounded_by_its_batch(
     # the bounded window for jobs without a key; never a walk over 100,000 keys.
     assert rows_read < 2_000, rows_read
     assert len(await keyed_claim(db, 10)) == 10
+
+
+@pytest.mark.parametrize("state", ["analysed", "stale", "drained", "history"])
+async def test_the_busiest_keys_read_indexes_and_rows_bounded_by_the_candidates(
+    db: asyncpg.Connection, state: str
+) -> None:
+    """Queue.busiest_keys with 100,000 keys pending: the running index, the newest jobs of the
+    primary key, the head of the ready index, and a bounded range of the keyed index per
+    candidate key; never every key. The flood is found in every state, statistics or none."""
+    await table_in(db, state)
+    await keyed_claim(db, 1)  # the flood's key comes first in byte order: one of its jobs runs
+    limit, bound = 10, 1000
+    params = ("tenants", limit, bound, keys.RECENT_JOBS, keys.CANDIDATES_PER_KEY * limit)
+    await db.execute("SET jit = off")
+    plan = await explain(db, Q.busiest_keys, *params, analyze=True)
+    read = [s for s in scans(plan, executed=True) if s.relation == "jobs"]
+    assert read and all(s.node_type != "Seq Scan" for s in read), read
+    used = {s.index_name for s in read}
+    assert used <= ALLOWED, used
+    rows_read = sum(
+        (int(n.get("Actual Rows", 0)) + int(n.get("Rows Removed by Filter", 0))) * int(n.get("Actual Loops", 1))
+        for n in nodes(plan) if n.get("Relation Name") == "jobs"
+    )
+    # The newest jobs, the first ready ones, and at most `bound` entries per candidate key (here
+    # the flood's, and one or two for each other key): never the 100,000 keys or the flood's
+    # 50,000 jobs.
+    assert rows_read <= 2 * keys.RECENT_JOBS + 3 * bound, rows_read
+    top = await db.fetch(Q.busiest_keys, *params)
+    # The flood first (one of its jobs runs), counted up to the bound.
+    assert dict(top[0]) == {"key": "flood", "running": 1, "pending": bound, "ready": bound}
+    assert len(top) == limit and all(r["running"] + r["pending"] >= 1 for r in top)
