@@ -36,7 +36,7 @@ async def busiest_keys(db: Database, queue: str, *, limit: int = 10, bound: int 
     check_limit("limit", limit, 1, 100)
     check_limit("bound", bound, 1, 100_000)
     async with db.connection() as conn, conn.transaction():
-        await conn.execute(db.queries.without_jit)
+        await conn.execute(db.queries.index_reads_only)
         rows = await conn.fetch(
             db.queries.busiest_keys, queue, limit, bound, RECENT_JOBS, CANDIDATES_PER_KEY * limit
         )

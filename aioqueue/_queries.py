@@ -118,6 +118,7 @@ class Queries:
     send_event: str
     list_waits: str
     prune_steps: str
+    index_reads_only: str
     busiest_keys: str
 
 

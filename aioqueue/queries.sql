@@ -1429,6 +1429,14 @@ WITH gone AS (
 )
 DELETE FROM {schema}.job_steps AS s USING gone WHERE s.job_id = gone.job_id;
 
+-- name: index_reads_only
+-- For the rest of the transaction: no JIT (see without_jit), and neither sequential nor bitmap
+-- scans, which read every row or entry that matches before a LIMIT cuts them short. Each read of
+-- busiest_keys is bounded only as an ordered walk of an index, and a planner without statistics
+-- (a table just filled) could pick either.
+SELECT set_config('jit', 'off', true), set_config('enable_seqscan', 'off', true),
+       set_config('enable_bitmapscan', 'off', true);
+
 -- name: busiest_keys
 -- The busiest partition keys of queue $1: at most $2 keys with the most running and pending
 -- jobs, each with its running jobs (exact: jobs_partition_running_idx holds only running jobs,
