@@ -4,13 +4,10 @@ uvicorn, on loopback unless credentials are set."""
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
 from .._app import Queue
-from ._common import EXIT_OK, UsageError, check_schema, load_queue, port, resolve_dsn, run_async, schema_arg
-
-logger = logging.getLogger("aioqueue.cli")
+from ._common import EXIT_OK, UsageError, check_schema, load_queue, logger, port, resolve_dsn, run_async, schema_arg
 
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import logging
 import os
 import sys
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from ._common import (
     UsageError,
     check_schema,
     load_queue,
+    logger,
     port,
     positive_int,
     resolve_dsn,
@@ -36,9 +36,6 @@ from ._common import (
 
 if TYPE_CHECKING:
     from ..metrics import PrometheusMetrics
-
-logger = logging.getLogger("aioqueue.cli")
-
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add ``worker`` to the command line's subcommands."""

@@ -26,7 +26,7 @@ from aioqueue import _migrate as migrate
 from aioqueue._config import WorkerConfig
 from aioqueue._producer import Producer
 from aioqueue._task import MAX_DELAY_SECONDS
-from tests.support.helpers import LoopHarness, closed_after
+from tests.support.helpers import LoopHarness, closed_after, noop_task
 
 T = TypeVar("T")
 MAX_BYTES = 300
@@ -251,11 +251,7 @@ async def test_cycles_and_deep_nesting_are_refused_at_enqueue(q: aioqueue.Queue,
 
 async def test_payload_limit_is_exact_and_bulk_all_or_nothing(dsn: str, db: asyncpg.Connection) -> None:
     async with aioqueue.Queue(dsn, max_payload_bytes=100) as q:
-
-        @q.task
-        async def take(s: str) -> None:
-            pass
-
+        take = noop_task(q, "take")
         fits = "\U0001f600" * ((100 - len('{"s":""}')) // 4)  # 4 bytes each in UTF-8
         await take.enqueue(s=fits)
         with pytest.raises(aioqueue.PayloadTooLargeError, match="over the limit of 100"):
@@ -269,11 +265,7 @@ async def test_payload_limit_is_exact_and_bulk_all_or_nothing(dsn: str, db: asyn
 async def test_bulk_checks_each_job_not_the_batch(dsn: str, db: asyncpg.Connection) -> None:
     """enqueue_many encodes the batch as one JSON array; the limits still apply job by job."""
     async with aioqueue.Queue(dsn, max_payload_bytes=100) as q:
-
-        @q.task
-        async def take(x: Any) -> None:
-            pass
-
+        take = noop_task(q, "take")
         deep: list[Any] = []
         for _ in range(300):
             deep = [deep]
@@ -383,11 +375,7 @@ async def test_rows_written_behind_aioqueues_back_become_dead_not_a_crash_loop(
 
 async def test_missing_or_foreign_schema_says_what_to_do(empty_dsn: str) -> None:
     async with aioqueue.Queue(empty_dsn) as q:
-
-        @q.task
-        async def take() -> None:
-            pass
-
+        take = noop_task(q, "take")
         with pytest.raises(aioqueue.SchemaNotReadyError, match="run `aioqueue migrate`"):
             await take.enqueue()
         with pytest.raises(aioqueue.SchemaNotReadyError, match="does not exist"):

@@ -15,7 +15,7 @@ import psutil  # type: ignore[import-untyped]
 
 import aioqueue
 from tests.support.cli_tools import aioqueue_cli, app_task, cli_env, cli_process
-from tests.support.helpers import eventually
+from tests.support.helpers import eventually, noop_task
 
 
 async def test_no_database_is_a_clear_error() -> None:
@@ -69,13 +69,8 @@ async def test_migrate_against_an_unreachable_server_fails_cleanly() -> None:
 
 
 async def test_status_table_and_json(q: aioqueue.Queue, dsn: str, db: asyncpg.Connection) -> None:
-    @q.task(queue="mail")
-    async def send(n: int) -> None:
-        pass
-
-    @q.task(queue="video")
-    async def encode(n: int) -> None:
-        pass
+    send = noop_task(q, "send", queue="mail")
+    encode = noop_task(q, "encode", queue="video")
 
     await send.enqueue_many([{"n": i} for i in range(3)])
     await q.worker(concurrency=3).run_until_empty()  # three succeeded this minute
@@ -106,13 +101,8 @@ async def test_status_table_and_json(q: aioqueue.Queue, dsn: str, db: asyncpg.Co
 
 
 async def test_dead_list_retry_purge(q: aioqueue.Queue, dsn: str, db: asyncpg.Connection) -> None:
-    @q.task(queue="a")
-    async def flaky(n: int) -> None:
-        pass
-
-    @q.task(queue="b")
-    async def other(n: int) -> None:
-        pass
+    flaky = noop_task(q, "flaky", queue="a")
+    other = noop_task(q, "other", queue="b")
 
     ids = [await flaky.enqueue(n=i) for i in range(3)] + [await other.enqueue(n=9)]
     await db.execute(

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 import aioqueue
-from tests.support.helpers import eventually
+from tests.support.helpers import eventually, noop_task
 
 
 def _register(q: aioqueue.Queue) -> aioqueue.Task[..., None]:
@@ -337,11 +337,7 @@ async def test_bad_item_in_bulk_writes_nothing(q: aioqueue.Queue, db: asyncpg.Co
 
 async def test_oversized_payload_is_refused(dsn: str, db: asyncpg.Connection) -> None:
     async with aioqueue.Queue(dsn, max_payload_bytes=1000) as q:
-
-        @q.task
-        async def big(blob: str) -> None:
-            pass
-
+        big = noop_task(q, "big")
         await big.enqueue(blob="x" * 900)
         with pytest.raises(aioqueue.PayloadTooLargeError, match="over the limit of 1000"):
             await big.enqueue(blob="x" * 1001)

@@ -13,7 +13,7 @@ import pytest
 
 import aioqueue
 from aioqueue._maintenance import Maintenance
-from tests.support.helpers import eventually, hang_until_cancelled, prune_archive, running
+from tests.support.helpers import eventually, hang_until_cancelled, noop_task, prune_archive, running
 
 
 async def test_delayed_job_runs_only_after_its_database_time(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
@@ -157,9 +157,7 @@ async def test_global_rate_limit_holds_across_workers(dsn: str, q: aioqueue.Queu
 
 
 async def test_pause_and_resume(q: aioqueue.Queue) -> None:
-    @q.task(queue="p")
-    async def job() -> None:
-        pass
+    job = noop_task(q, "job", queue="p")
 
     await q.pause("p")
     await job.enqueue()

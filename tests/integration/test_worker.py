@@ -14,7 +14,7 @@ import aioqueue
 from aioqueue._completer import Completer
 from aioqueue._config import WorkerConfig
 from aioqueue._producer import Producer
-from tests.support.helpers import eventually, hang_until_cancelled, reclaimed, running
+from tests.support.helpers import eventually, hang_until_cancelled, noop_task, reclaimed, running
 
 
 async def test_claims_by_priority_then_run_at_then_id(q: aioqueue.Queue) -> None:
@@ -340,9 +340,7 @@ async def test_finishing_writes_are_fenced_by_the_claim(q: aioqueue.Queue, db: a
 async def test_a_flush_writes_at_most_batch_size_outcomes_a_statement(
     q: aioqueue.Queue, db: asyncpg.Connection
 ) -> None:
-    @q.task
-    async def noop() -> None:
-        pass
+    noop = noop_task(q, "noop")
 
     await noop.enqueue_many([{}] * 25)
     jobs = await Producer(q.database, WorkerConfig(name="w", lease=60), queues=["default"]).claim(25)

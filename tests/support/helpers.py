@@ -60,6 +60,18 @@ async def running(worker: aioqueue.Worker, timeout: float = 30.0) -> AsyncIterat
             worker.stop()
 
 
+def noop_task(q: aioqueue.Queue, name: str, **options: Any) -> aioqueue.Task[..., None]:
+    """Register a task called ``name`` (with the task ``options``) that takes any keyword
+    arguments and does nothing: for tests of where jobs go, how they are stored, listed or
+    refused, not of what a handler does."""
+
+    @q.task(name=name, **options)
+    async def noop(**kwargs: Any) -> None:
+        pass
+
+    return noop
+
+
 async def hang_until_cancelled(cancelled: anyio.Event) -> None:
     """A handler's body that never ends by itself: sleep until cancelled, then set ``cancelled``
     (so a test can wait for the cancel to have reached the handler)."""
