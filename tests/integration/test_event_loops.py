@@ -23,10 +23,23 @@ def _queue(dsn: str, **options: Any) -> aioqueue.Queue:
     return aioqueue.Queue(dsn, connect_kwargs={"server_settings": {"application_name": APP_NAME}}, **options)
 
 
-def _backends(dsn: str) -> int:
-    """Connections the test's Queues hold on the server (they name themselves)."""
-    return int(asyncio.run(fetchval_once(
-        dsn, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", APP_NAME)))
+def _backends(dsn: str, expected: int) -> int:
+    """Connections the test's Queues hold on the server (they name themselves), once the count is
+    `expected` or 10 s have passed: a closed connection's server process leaves pg_stat_activity a
+    moment after the client said goodbye, so one read right after a close can still count it."""
+
+    async def settle() -> int:
+        count = -1
+        with anyio.move_on_after(10):
+            while True:
+                count = int(await fetchval_once(
+                    dsn, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", APP_NAME))
+                if count == expected:
+                    break
+                await asyncio.sleep(0.05)
+        return count
+
+    return asyncio.run(settle())
 
 
 def _jobs(dsn: str) -> int:
@@ -42,7 +55,7 @@ def test_each_asyncio_run_gets_a_pool_that_closes_with_its_loop(dsn: str) -> Non
 
     # The implicit open: a script migrates, then runs its main, each under asyncio.run.
     assert asyncio.run(q.migrate()) == []
-    assert _backends(dsn) == 0  # the first loop's pool closed with it
+    assert _backends(dsn, 0) == 0  # the first loop's pool closed with it
 
     async def main(n: int) -> None:
         async with q:
@@ -52,13 +65,13 @@ def test_each_asyncio_run_gets_a_pool_that_closes_with_its_loop(dsn: str) -> Non
     asyncio.run(main(2))
     asyncio.run(work.enqueue(3))  # opened on first use, closed with its loop
     assert _jobs(dsn) == 3
-    assert _backends(dsn) == 0
+    assert _backends(dsn, 0) == 0
 
     async def drain() -> aioqueue.WorkerStats:
         return await q.worker(concurrency=2).run_until_empty()
 
     assert asyncio.run(drain()).succeeded == 3
-    assert _backends(dsn) == 0
+    assert _backends(dsn, 0) == 0
 
 
 def test_two_open_loops_each_use_a_pool_of_their_own(dsn: str) -> None:
@@ -76,9 +89,9 @@ def test_two_open_loops_each_use_a_pool_of_their_own(dsn: str) -> None:
         assert second_pool is not first_pool
         first.run_until_complete(work.enqueue(2))  # the first loop's pool still serves it
         assert first.run_until_complete(_pool_of(q)) is first_pool
-        assert _backends(dsn) == first_pool.get_size()  # the second loop's pool is gone with it
+        assert _backends(dsn, first_pool.get_size()) == first_pool.get_size()  # the second loop's pool is gone with it
         first.run_until_complete(q.close())
-        assert _backends(dsn) == 0
+        assert _backends(dsn, 0) == 0
     finally:
         first.close()
     assert _jobs(dsn) == 2
@@ -94,10 +107,10 @@ def test_under_uvloop_and_anyio_too(dsn: str) -> None:
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(work.enqueue(1))
-    assert _backends(dsn) == 0
+    assert _backends(dsn, 0) == 0
     anyio.run(work.enqueue, 2, backend="asyncio", backend_options={"use_uvloop": True})
     anyio.run(work.enqueue, 3, backend="asyncio")
-    assert _backends(dsn) == 0
+    assert _backends(dsn, 0) == 0
     assert _jobs(dsn) == 3
 
 
