@@ -1,8 +1,9 @@
-"""Guard the keyed claim (claim_keyed, migration 0018) and the busiest-keys view with 100,000
+"""Guard the keyed claim (claim_keyed, migrations 0018, 0020) and the busiest-keys view with 100,000
 distinct keys pending: every statement they run reads an index, never the table, and the rows
 they read follow the jobs claimed (the keys counted), not the keys or jobs waiting, in the
 table states that mislead the planner (fresh statistics, statistics taken before the burst,
-dead entries left by a fast drain, a deep history of dead and archived jobs).
+statistics taken while one key flooded the queue, dead entries left by a fast drain, a deep
+history of dead and archived jobs).
 
 Plans and row counts only, never timings: speed is the benchmark's business.
 """
@@ -23,11 +24,13 @@ KEYS = 100_000
 ALLOWED = {"jobs_partition_ready_idx", "jobs_partition_running_idx", "jobs_pkey", "jobs_ready_idx"}
 
 
-async def keyed_backlog(db: asyncpg.Connection) -> None:
+async def keyed_backlog(db: asyncpg.Connection, state: str) -> None:
     """One job for each of 100,000 keys, and a flood of 50,000 for one more key, in front."""
     await db.execute(
         "INSERT INTO aioqueue.jobs (queue, task, partition_key) "
         "SELECT 'tenants', 'noop', 'flood' FROM generate_series(1, 50000)")
+    if state == "flooded":
+        await db.execute("ANALYZE aioqueue.jobs")  # statistics that know one key
     await db.execute(
         "INSERT INTO aioqueue.jobs (queue, task, partition_key) "
         "SELECT 'tenants', 'noop', 'key-' || g FROM generate_series(1, $1) AS g", KEYS)
@@ -62,7 +65,7 @@ async def table_in(db: asyncpg.Connection, state: str) -> None:
         await db.execute(
             "INSERT INTO aioqueue.jobs_done (id, queue, task, args, status, priority, attempts, created_at) "
             "SELECT -g, 'tenants', 'noop', '{}', 'succeeded', 0, 1, now() FROM generate_series(1, 100000) AS g")
-    await keyed_backlog(db)
+    await keyed_backlog(db, state)
     if state in ("analysed", "history"):
         await db.execute("ANALYZE aioqueue.jobs")
     if state == "drained":
@@ -70,7 +73,7 @@ async def table_in(db: asyncpg.Connection, state: str) -> None:
         await db.execute("UPDATE aioqueue.queues SET key_cursor = NULL")  # the walk starts over them
 
 
-@pytest.mark.parametrize("state", ["analysed", "stale", "drained", "history"])
+@pytest.mark.parametrize("state", ["analysed", "stale", "flooded", "drained", "history"])
 async def test_the_keyed_claim_reads_indexes_and_rows_bounded_by_its_batch(
     db: asyncpg.Connection, state: str
 ) -> None:
@@ -84,8 +87,11 @@ async def test_the_keyed_claim_reads_indexes_and_rows_bounded_by_its_batch(
             if "Index Name" in node and node.get("Actual Loops", 0) > 0 and node["Index Name"] != "queues_pkey"}
     assert used <= ALLOWED, [(p.get("Query Text"), indexes(p)) for p in ran if indexes(p) - ALLOWED]
     assert all(s.node_type != "Seq Scan" for s in read), read
+    # Rows a scan read and filtered out count too: a key's turn that walks another index and
+    # filters the key out returns few rows but reads the queue.
     rows_read = sum(
-        int(node.get("Actual Rows", 0)) * int(node.get("Actual Loops", 1))
+        (int(node.get("Actual Rows", 0)) + int(node.get("Rows Removed by Filter", 0)))
+        * int(node.get("Actual Loops", 1))
         for plan in ran for node in nodes(plan)
         if node.get("Relation Name") == "jobs" and node["Node Type"] != "ModifyTable"
     )
