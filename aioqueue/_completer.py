@@ -32,6 +32,7 @@ import anyio
 
 from ._claims import ClaimKey
 from ._job import Connection
+from ._progress import Reported
 from ._retry import Backoff
 from ._signal import Flag
 
@@ -133,7 +134,7 @@ class Completer:
         self.writes = 0
         """Batches written so far: a claim made before a write may have missed the slots it freed."""
         self.progress_interval = progress_interval
-        self._progress: dict[ClaimKey, str] = {}
+        self._progress: dict[ClaimKey, Reported] = {}
         self._progress_due: float | None = None
         self.progress_writes = 0
         """Statements that wrote reported progress so far."""
@@ -201,8 +202,8 @@ class Completer:
         failures = [_Failure(job_id, attempt, error, None, True, _NO_RETRY) for (job_id, attempt), error in buried]
         await self._write_on(conn, _Batch(failures=failures))
 
-    def progress_reported(self, claim: ClaimKey, value: str) -> None:
-        """Keep ``value`` (a JSON object) as the latest progress of ``claim``, to be written
+    def progress_reported(self, claim: ClaimKey, value: Reported) -> None:
+        """Keep ``value`` as the latest progress of ``claim``, to be written
         within ``progress_interval``, or with the claim's outcome if that comes first."""
         if not self._progress:
             self._progress_due = time.monotonic() + self.progress_interval
@@ -281,7 +282,8 @@ class Completer:
         if not taken:
             return
         b = self.db.statements.write_progress(
-            ids=[c[0] for c in taken], attempts=[c[1] for c in taken], values=list(taken.values()),
+            ids=[c[0] for c in taken], attempts=[c[1] for c in taken],
+            values=[v.document(c[1]) for c, v in taken.items()],
             commit_mode=self.commit_mode,
         )
         try:

@@ -2,8 +2,8 @@
 goes (the worker's completer, which writes the latest value per job in batches, fenced by the
 claim, and always before the job's outcome).
 
-A call costs the handler no round trip: it checks and encodes the value, then replaces whatever
-its job reported before and was not written yet. The completer writes what is buffered about
+A call costs the handler no round trip: it checks the value (encoding only its data), then
+replaces whatever its job reported before and was not written yet. The completer writes what is buffered about
 twice a second (``Completer.progress_interval``) in one statement, and a job's buffered value in
 the same flush as its outcome, first. Readers (``JobInfo.progress``) show a value to later
 attempts of the job only when it was reported with ``keep=True``.
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import contextvars
 import math
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from . import _payload as payload
 from ._claims import ClaimKey
 from ._errors import AioqueueError, ConfigurationError
-from ._job import current_job
+from ._job import _current
 
 MAX_MESSAGE_CHARS = 500
 """The longest message :func:`set_progress` takes, in characters."""
@@ -27,10 +27,33 @@ MAX_DATA_BYTES = 8192
 """The largest document :func:`set_progress` takes, as compact JSON in UTF-8 bytes."""
 
 
+class Reported(NamedTuple):
+    """One call's value, checked: the latest per claim waits in the completer's buffer, and is
+    made a JSON document only when it is written (so a call encodes no more than its data)."""
+
+    fraction: float | None
+    message: str | None
+    data: str | None
+    """The data as JSON text."""
+    keep: bool
+
+    def document(self, attempt: int) -> str:
+        """The value as the JSON object stored in ``jobs.progress`` (the writer adds ``at``)."""
+        parts = []
+        if self.fraction is not None:
+            parts.append(f'"fraction":{self.fraction!r}')  # a finite float's repr is a JSON number
+        if self.message is not None:
+            parts.append(f'"message":{payload.dumps(self.message)}')
+        if self.data is not None:
+            parts.append(f'"data":{self.data}')
+        parts.append(f'"attempt":{attempt},"keep":{"true" if self.keep else "false"}')
+        return "{" + ",".join(parts) + "}"
+
+
 class ProgressSink(Protocol):
     """Where reported progress goes: the worker's completer."""
 
-    def progress_reported(self, claim: ClaimKey, value: str) -> None: ...
+    def progress_reported(self, claim: ClaimKey, value: Reported) -> None: ...
 
 
 _sink: contextvars.ContextVar[ProgressSink] = contextvars.ContextVar("aioqueue_progress_sink")
@@ -55,28 +78,25 @@ def set_progress(
     it too only when it was reported with ``keep=True``, until that attempt reports its own.
     Bad values raise :class:`~aioqueue.ConfigurationError` here, and nothing is reported.
     """
-    try:
-        job = current_job()
-    except LookupError:
-        raise AioqueueError("aioqueue.set_progress() is called from inside a running handler only") from None
-    try:
-        sink = _sink.get()
-    except LookupError:
-        raise AioqueueError("aioqueue.set_progress(): this job was not started by an aioqueue worker") from None
-    doc: dict[str, Any] = {}
-    if fraction is not None:
-        doc["fraction"] = _checked_fraction(fraction)
-    if message is not None:
-        doc["message"] = _checked_message(message)
-    if data is not None:
-        doc["data"] = data
-    if not doc:
+    job = _current.get(None)
+    if job is None:
+        raise AioqueueError("aioqueue.set_progress() is called from inside a running handler only")
+    sink = _sink.get(None)
+    if sink is None:
+        raise AioqueueError("aioqueue.set_progress(): this job was not started by an aioqueue worker")
+    # The common values pass the first test; the others are checked (and told) in full.
+    if fraction is not None and not (type(fraction) is float and 0.0 <= fraction <= 1.0):
+        fraction = _checked_fraction(fraction)
+    if message is not None and not (
+        type(message) is str and len(message) <= MAX_MESSAGE_CHARS and message.isascii() and "\x00" not in message
+    ):
+        message = _checked_message(message)
+    if fraction is None and message is None and data is None:
         raise ConfigurationError("aioqueue.set_progress(): give a fraction, a message or data (all were None)")
-    if not isinstance(keep, bool):
+    if keep is not True and keep is not False:
         raise ConfigurationError(f"aioqueue.set_progress(): keep must be True or False, got {keep!r}")
-    doc["attempt"] = job.attempt
-    doc["keep"] = keep
-    sink.progress_reported((job.id, job.attempt), _encoded(doc, data))
+    text = None if data is None else _encoded_data(data)
+    sink.progress_reported((job.id, job.attempt), Reported(fraction, message, text, keep))
 
 
 def _checked_fraction(fraction: object) -> float:
@@ -99,15 +119,11 @@ def _checked_message(message: object) -> str:
     return message
 
 
-def _encoded(doc: dict[str, Any], data: Any) -> str:
-    """``doc`` as JSON text, refusing ``data`` that JSON or jsonb cannot hold or that is too big."""
-    text, size, found = payload._checked_dumps(doc, lambda: payload._problem(data, "aioqueue.set_progress(): data"))
+def _encoded_data(data: Any) -> str:
+    """``data`` as JSON text, refused if JSON or jsonb cannot hold it or it is too big."""
+    text, size, found = payload._checked_dumps(data, lambda: payload._problem(data, "aioqueue.set_progress(): data"))
     if text is None:
         raise ConfigurationError(found)
-    if size > MAX_DATA_BYTES and data is not None:  # the whole is bigger than its data: measure that alone
-        size = len(payload.dumps(data).encode())
-        if size > MAX_DATA_BYTES:
-            raise ConfigurationError(
-                f"aioqueue.set_progress(): data is {size} bytes as JSON, more than {MAX_DATA_BYTES}"
-            )
+    if size > MAX_DATA_BYTES:
+        raise ConfigurationError(f"aioqueue.set_progress(): data is {size} bytes as JSON, more than {MAX_DATA_BYTES}")
     return text

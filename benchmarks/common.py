@@ -301,6 +301,27 @@ async def preload(task: aioqueue.Task[..., None], n: int) -> None:
         await task.enqueue_many([{"i": i} for i in range(start, min(n, start + 10_000))])
 
 
+async def timed_drain(
+    dsn: str, n: int, handler: Callable[..., Awaitable[None]], what: str, pool_size: int = 10
+) -> float:
+    """Migrate the (fresh) database, preload ``n`` jobs of ``handler``, ANALYZE, and drain them
+    with one in-process worker at concurrency 10; return the drain's seconds (raising, naming
+    ``what``, if it did not run every job)."""
+    await migrated(dsn)
+    queue, task = make_queue(dsn, pool_size=pool_size, handler=handler)
+    async with queue:
+        await preload(task, n)
+        async with queue.connection() as conn:
+            await conn.execute("ANALYZE aioqueue.jobs")
+        worker = worker_for(queue, 10, {})
+        start = time.perf_counter()
+        stats = await worker.run_until_empty()
+        seconds = time.perf_counter() - start
+    if stats.succeeded != n:
+        raise RuntimeError(f"{what} drain ran {stats.succeeded} jobs of {n}")
+    return seconds
+
+
 async def preloaded(dsn: str, n: int) -> None:
     """Migrate the (fresh) database, enqueue ``n`` jobs of the benchmark's task in bulk, and
     ANALYZE, as autovacuum soon would: the table a drain starts from."""

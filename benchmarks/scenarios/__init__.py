@@ -19,6 +19,7 @@ from . import (
     memory,
     outbox,
     per_key,
+    progress,
     scaling,
     steps,
     sustained,
@@ -42,6 +43,7 @@ SCENARIOS: dict[str, Scenario] = {
     "workflows": workflows.plan,
     "steps": steps.plan,
     "per-key": per_key.plan,
+    "progress": progress.plan,
     "sustained": sustained.plan,
 }
 

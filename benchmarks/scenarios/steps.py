@@ -5,10 +5,9 @@ sleep 0 seconds once (suspended, put back, claimed and run again)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 
-from common import Measurement, Run, make_queue, migrated, preload, worker_for
+from common import Measurement, Run, timed_drain
 
 import aioqueue
 
@@ -42,20 +41,9 @@ async def _sleeper(i: int = 0) -> None:
 
 def _drain(run: Run, n: int, metric: str, handler: Callable[..., Awaitable[None]]) -> Measurement:
     async def measure(dsn: str) -> None:
-        await migrated(dsn)
         # Room in the pool for every handler's step beside the worker's own connections, for
         # every variant alike: what is measured is the step, not a wait for a connection.
-        queue, task = make_queue(dsn, pool_size=20, handler=handler)
-        async with queue:
-            await preload(task, n)
-            async with queue.connection() as conn:
-                await conn.execute("ANALYZE aioqueue.jobs")
-            worker = worker_for(queue, 10, {})
-            start = time.perf_counter()
-            stats = await worker.run_until_empty()
-            seconds = time.perf_counter() - start
-        if stats.succeeded != n:
-            raise RuntimeError(f"steps drain ran {stats.succeeded} jobs of {n}")
+        seconds = await timed_drain(dsn, n, handler, "steps", pool_size=20)
         run.results.add_rate("steps", "aioqueue", metric, n, seconds)
 
     return measure

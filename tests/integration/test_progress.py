@@ -16,6 +16,7 @@ import pytest
 
 import aioqueue
 from aioqueue._completer import Completer
+from aioqueue._progress import Reported
 from aioqueue.dashboard import create_app
 from aioqueue.testing import drain
 from tests.support.cli_tools import aioqueue_cli
@@ -138,9 +139,9 @@ async def test_a_lost_claim_cannot_overwrite_the_new_attempts_progress(
         " locked_at = now(), locked_by = 'other' WHERE id = $1", ref,
     )
     completer = Completer(q.database)
-    completer.progress_reported((ref, 2), json.dumps({"message": "new", "attempt": 2, "keep": False}))
+    completer.progress_reported((ref, 2), Reported(None, "new", None, False))
     await completer.flush_progress()
-    completer.progress_reported((ref, 1), json.dumps({"message": "stale", "attempt": 1, "keep": True}))
+    completer.progress_reported((ref, 1), Reported(None, "stale", None, True))
     await completer.flush_progress()
     stored = await _stored(db, ref)
     assert stored is not None and stored["message"] == "new"
@@ -148,7 +149,7 @@ async def test_a_lost_claim_cannot_overwrite_the_new_attempts_progress(
     assert info is not None and info.progress is not None and info.progress.message == "new"
     # Once the job is finished under its claim, no late value of that claim lands either.
     await db.execute("UPDATE aioqueue.jobs SET status = 'pending' WHERE id = $1", ref)
-    completer.progress_reported((ref, 2), json.dumps({"message": "late", "attempt": 2, "keep": False}))
+    completer.progress_reported((ref, 2), Reported(None, "late", None, False))
     await completer.flush_progress()
     stored = await _stored(db, ref)
     assert stored is not None and stored["message"] == "new"
