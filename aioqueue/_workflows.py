@@ -67,7 +67,8 @@ class GroupCounts:
     results: bool
     """Members are archived with their results."""
     done: bool
-    """Closed, every member finished, and the callbacks enqueued."""
+    """Closed, every member finished, and the callbacks enqueued (false again once a retry of
+    a dead member reopened the group, until its members finished again)."""
     created_at: datetime.datetime
     done_at: datetime.datetime | None
     callbacks: dict[str, int]

@@ -375,3 +375,71 @@ async def test_retrying_a_dead_job_resumes_its_workflow(q: aioqueue.Queue, db: a
     await q.worker().run_until_empty()
     assert ran == ["b", "c"]
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs_done WHERE status = 'cancelled'") == 0
+
+
+async def test_retrying_a_dead_member_reopens_its_settled_group_for_its_success_path(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    """A group settled with a dead member (and a member its death cancelled): retrying the dead
+    one takes both out of the failed and cancelled counts and reopens the group; once they
+    succeed, on_success is enqueued, and on_failure and on_complete, enqueued already, are not
+    enqueued again."""
+    seen: list[str] = []
+    broken = {"yes": True}
+
+    @q.task(max_attempts=1)
+    async def member(fail: bool) -> None:
+        if fail and broken["yes"]:
+            raise RuntimeError("down")
+
+    @q.task
+    async def done(kind: str) -> None:
+        seen.append(kind)
+
+    g = await q.open_group(on_success=done.s(kind="success"), on_failure=done.s(kind="failure"),
+                           on_complete=done.s(kind="complete"))
+    await member.options(group=g).enqueue(fail=False)
+    dies = await member.options(group=g).enqueue(fail=True)
+    await member.options(group=g, after=[dies]).enqueue(fail=False)
+    await g.close()
+    await q.worker(concurrency=2).run_until_empty()
+    assert sorted(seen) == ["complete", "failure"]
+    settled = await g.counts()
+    assert (settled.succeeded, settled.failed, settled.cancelled, settled.done) == (1, 1, 1, True)
+
+    broken["yes"] = False
+    assert await q.retry_dead([dies]) == [dies]
+    reopened = await g.counts()
+    assert (reopened.succeeded, reopened.failed, reopened.cancelled, reopened.done) == (1, 0, 0, False)
+    assert set(reopened.callbacks) == {"on_failure", "on_complete"}
+    await q.worker(concurrency=2).run_until_empty()
+    assert sorted(seen) == ["complete", "failure", "success"]
+    final = await g.counts()
+    assert (final.succeeded, final.failed, final.cancelled, final.done) == (3, 0, 0, True)
+    assert set(final.callbacks) == {"on_success", "on_failure", "on_complete"}
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.group_callbacks WHERE group_id = $1", g.id) == 3
+
+
+async def test_dependants_resumed_by_a_retry_keep_their_max_attempts_and_key(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    """A dependant cancelled by its dependency's death and restored by the retry comes back with
+    the max_attempts and partition key it was enqueued with (not the defaults)."""
+
+    @q.task(max_attempts=1)
+    async def flaky() -> None:
+        raise RuntimeError("down")
+
+    @q.task(max_attempts=9)
+    async def step() -> None:
+        pass
+
+    a = await flaky.enqueue()
+    b = await step.options(after=[a], max_attempts=2, partition_key="tenant-7").enqueue()
+    c = await step.options(after=[b]).enqueue()
+    await q.worker().run_until_empty()
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs_done WHERE status = 'cancelled'") == 2
+    await q.retry_dead([a])
+    rows = await db.fetch(
+        "SELECT id, status, max_attempts, partition_key FROM aioqueue.jobs WHERE id = ANY($1) ORDER BY id", [b, c])
+    assert [tuple(r) for r in rows] == [(b, "waiting", 2, "tenant-7"), (c, "waiting", 9, None)]

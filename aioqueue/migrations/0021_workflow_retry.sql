@@ -1,0 +1,147 @@
+-- Retrying a dead job resumes its whole workflow, groups included (see migrations 0014, 0015).
+--
+-- Groups: retrying a dead member (or restoring a member its death cancelled) takes it out of
+-- its group's failed (cancelled) count and reopens the group if it had settled (done_at back
+-- to NULL). Once every member finished again the group settles again and enqueues the callbacks
+-- that apply and that it has not enqueued yet: each kind at most once, ever. So a group that
+-- settled with a failure (on_failure and on_complete enqueued) enqueues on_success when the
+-- retried members succeed; a group never enqueues a callback twice.
+--
+-- Dependants: the archive now keeps a cancelled dependant's max_attempts and partition key,
+-- so the retry restores them as they were enqueued (rows archived before this migration get
+-- the former fallback: max_attempts of 5 or its attempts and one more, no key).
+--
+-- Locks: resume_workflows() locks the groups it writes in id order, once, after the job rows,
+-- as jobs_finished() does (job rows, then groups in id order), so a retry and the statements
+-- that finish members never wait on each other in a circle.
+--
+-- Workers of the previous release call these functions by the same signatures and get the new
+-- bodies; their own archive writes name their columns, and leave the new ones NULL.
+
+ALTER TABLE {schema}.jobs_done
+    ADD COLUMN max_attempts int,
+    ADD COLUMN partition_key text COLLATE "C";
+
+CREATE OR REPLACE FUNCTION {schema}.settle_group(gid bigint) RETURNS int
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    g {schema}.job_groups;
+    cb_kind text;
+    spec jsonb;
+    n int := 0;
+    new_id bigint;
+    into_queue text;
+BEGIN
+    UPDATE {schema}.job_groups AS s SET done_at = {schema}.now()
+    WHERE s.id = gid AND s.closed AND s.done_at IS NULL
+      AND s.succeeded + s.failed + s.cancelled >= s.total
+    RETURNING s.* INTO g;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    FOR cb_kind, spec IN SELECT e.key, e.value FROM jsonb_each(g.callbacks) AS e ORDER BY e.key LOOP
+        CONTINUE WHEN cb_kind = 'on_success' AND g.failed + g.cancelled > 0;
+        CONTINUE WHEN cb_kind = 'on_failure' AND g.failed + g.cancelled = 0;
+        -- Settled before, and reopened by a retry: what it enqueued then is not enqueued again.
+        CONTINUE WHEN EXISTS (SELECT FROM {schema}.group_callbacks AS c WHERE c.group_id = gid AND c.kind = cb_kind);
+        into_queue := coalesce(spec ->> 'queue', {schema}.task_queue(spec ->> 'task'), 'default');
+        INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, archive)
+        VALUES (into_queue, spec ->> 'task', coalesce(spec -> 'args', '{}'::jsonb),
+                coalesce((spec ->> 'priority')::int, 0), coalesce((spec ->> 'max_attempts')::int, 5),
+                coalesce((spec ->> 'archive')::boolean, true))
+        RETURNING id INTO new_id;
+        INSERT INTO {schema}.group_callbacks (group_id, kind, job_id) VALUES (gid, cb_kind, new_id);
+        PERFORM pg_notify('{schema}_jobs', into_queue);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION {schema}.cancel_waiting(ids bigint[], culprits bigint[])
+RETURNS TABLE (id bigint, group_id bigint, has_dependants boolean)
+LANGUAGE sql
+AS $$
+    WITH gone AS (
+        DELETE FROM {schema}.jobs AS j USING unnest(ids, culprits) AS c(id, culprit)
+        WHERE j.id = c.id AND j.status = 'waiting' AND c.culprit IS NOT NULL
+        RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.dedup_key, j.created_at,
+                  j.group_id, j.has_dependants, c.culprit, j.max_attempts, j.partition_key
+    ),
+    archived AS (
+        INSERT INTO {schema}.jobs_done
+            (id, queue, task, args, status, priority, attempts, dedup_key, created_at, group_id, reason,
+             max_attempts, partition_key)
+        SELECT g.id, g.queue, g.task, g.args, 'cancelled', g.priority, g.attempts, g.dedup_key,
+               g.created_at, g.group_id, 'dependency ' || g.culprit || ' did not succeed',
+               g.max_attempts, g.partition_key
+        FROM gone AS g
+    ),
+    notified AS (
+        SELECT pg_notify('{schema}_done', '') WHERE EXISTS (SELECT FROM gone)
+    )
+    SELECT g.id, g.group_id, g.has_dependants FROM gone AS g, (SELECT count(*) FROM notified) AS x
+$$;
+
+-- resume_workflows(ids): the jobs ids were dead and are pending again. Restores, down the
+-- graph, the dependants their deaths cancelled; then counts the retried and the restored
+-- members out of their groups' failed and cancelled, reopening the groups that had settled.
+CREATE OR REPLACE FUNCTION {schema}.resume_workflows(ids bigint[]) RETURNS int
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    retried bigint[] := ids;
+    restored bigint[];
+    all_restored bigint[] := '{}';
+BEGIN
+    LOOP
+        WITH back AS (
+            DELETE FROM {schema}.jobs_done AS a
+            WHERE a.status = 'cancelled' AND a.reason LIKE 'dependency % did not succeed'
+              AND a.id IN (SELECT d.job_id FROM {schema}.job_deps AS d
+                           WHERE d.depends_on = ANY (ids) AND NOT d.may_fail)
+            RETURNING a.id, a.queue, a.task, a.args, a.priority, a.attempts, a.dedup_key, a.created_at, a.group_id,
+                      a.max_attempts, a.partition_key
+        ),
+        inserted AS (
+            INSERT INTO {schema}.jobs AS j
+                (id, queue, task, args, status, priority, attempts, max_attempts, dedup_key, archive, created_at,
+                 group_id, has_dependants, waiting_for, partition_key)
+            OVERRIDING SYSTEM VALUE
+            SELECT b.id, b.queue, b.task, b.args, 'waiting', b.priority, b.attempts,
+                   coalesce(b.max_attempts, greatest(5, b.attempts + 1)),
+                   b.dedup_key, true, b.created_at, b.group_id,
+                   EXISTS (SELECT FROM {schema}.job_deps AS d WHERE d.depends_on = b.id),
+                   (SELECT count(*) FROM {schema}.job_deps AS d
+                    LEFT JOIN {schema}.jobs_done AS a ON a.id = d.depends_on AND a.status = 'succeeded'
+                    WHERE d.job_id = b.id AND a.id IS NULL),
+                   b.partition_key
+            FROM back AS b
+            RETURNING j.id
+        )
+        SELECT array_agg(i.id) INTO restored FROM inserted AS i;
+        EXIT WHEN restored IS NULL;
+        all_restored := all_restored || restored;
+        ids := restored;
+    END LOOP;
+    -- Groups last, locked in id order (as jobs_finished() does), each written once.
+    PERFORM FROM {schema}.job_groups AS s
+    WHERE s.id IN (SELECT j.group_id FROM {schema}.jobs AS j
+                   WHERE j.id = ANY (retried || all_restored) AND j.group_id IS NOT NULL)
+    ORDER BY s.id
+    FOR UPDATE;
+    UPDATE {schema}.job_groups AS s
+    SET failed = greatest(0, s.failed - c.failed), cancelled = greatest(0, s.cancelled - c.cancelled),
+        done_at = NULL
+    FROM (
+        SELECT j.group_id, count(*) FILTER (WHERE j.id = ANY (retried))::int AS failed,
+               count(*) FILTER (WHERE j.id = ANY (all_restored))::int AS cancelled
+        FROM {schema}.jobs AS j
+        WHERE j.id = ANY (retried || all_restored) AND j.group_id IS NOT NULL
+        GROUP BY j.group_id
+    ) AS c
+    WHERE s.id = c.group_id;
+    RETURN cardinality(all_restored);
+END;
+$$;
