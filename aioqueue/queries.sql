@@ -740,6 +740,7 @@ WITH retried AS (
         WHERE d.status = 'dead'
           AND ($1::bigint[] IS NULL OR d.id = ANY($1))
           AND ($2::text IS NULL OR d.queue = $2)
+        ORDER BY d.id  -- two retries of overlapping sets lock in one order
         FOR UPDATE
     ) AS dead
     WHERE j.id = dead.id

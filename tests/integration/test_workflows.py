@@ -15,6 +15,7 @@ from aioqueue._maintenance import Maintenance
 from aioqueue.dashboard import create_app
 from tests.support.cli_tools import aioqueue_cli
 from tests.support.dashboard_tools import client_for
+from tests.support.helpers import eventually
 
 
 async def test_a_dependant_waits_outside_the_ready_index_and_runs_after(
@@ -443,3 +444,46 @@ async def test_dependants_resumed_by_a_retry_keep_their_max_attempts_and_key(
     rows = await db.fetch(
         "SELECT id, status, max_attempts, partition_key FROM aioqueue.jobs WHERE id = ANY($1) ORDER BY id", [b, c])
     assert [tuple(r) for r in rows] == [(b, "waiting", 2, "tenant-7"), (c, "waiting", 9, None)]
+
+
+async def test_joining_a_group_after_a_member_does_not_deadlock_with_that_members_finish(
+    q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
+) -> None:
+    """Lock order: an enqueue that joins group g and waits for member d takes d's row before
+    g's row, as the statements that finish d do (d's row, then jobs_finished() counts it in
+    g), so the two wait for each other in a line, never in a circle. Here the finish is held
+    between its two steps (its row locked; then counted) while the enqueue runs."""
+
+    @q.task
+    async def member() -> None:
+        pass
+
+    g = await q.open_group()
+    d = await member.options(group=g).enqueue()
+    finisher = await asyncpg.connect(dsn)
+    joined: list[int] = []
+
+    async def join() -> None:
+        joined.append(await member.options(group=g, after=[d]).enqueue())
+
+    try:
+        async with anyio.create_task_group() as tg, finisher.transaction():
+            await finisher.execute("SELECT FROM aioqueue.jobs WHERE id = $1 FOR UPDATE", d)  # d's row, as complete
+            tg.start_soon(join)
+            await eventually(lambda: _waits_for_a_row(db), timeout=10, what="the enqueue to wait for d's row")
+            # The rest of d's finish: counted in its group (the group row), as complete does.
+            with anyio.fail_after(20):
+                await finisher.fetchval(
+                    "SELECT aioqueue.jobs_finished(ARRAY[$1::bigint], ARRAY['succeeded'], ARRAY[$2::bigint],"
+                    " ARRAY[false])", d, g.id)
+    finally:
+        await finisher.close()
+    assert len(joined) == 1
+    counts = await g.counts()
+    assert (counts.total, counts.succeeded) == (2, 1)
+    assert await db.fetchval("SELECT status FROM aioqueue.jobs WHERE id = $1", joined[0]) == "waiting"
+
+
+async def _waits_for_a_row(db: asyncpg.Connection) -> bool:
+    return bool(await db.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"))
