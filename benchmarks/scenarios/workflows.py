@@ -2,7 +2,8 @@
 lined up in pairs in one process and one run.
 
 - fan-out/fan-in: enqueue N jobs and run them all, plain, or as one group whose callback runs
-  after every member (the whole run, enqueue to callback, is timed);
+  after every member, written by ``aioqueue.group(...).enqueue(on_success=...)`` in one
+  transaction as the plain jobs are (the whole run, enqueue to callback, is timed);
 - group drain: a preloaded group of M members drained, against M plain jobs;
 - plain beside: plain jobs drained by one worker while another drains a group of as many
   members, against the same while the other drains as many plain jobs.
@@ -59,9 +60,8 @@ def _fan(run: Run, n: int, graph: bool) -> Measurement:
         async with queue:
             start = time.perf_counter()
             if graph:
-                g = await queue.open_group(on_success=callback.s())
-                await _enqueue(task, n, g)
-                await g.close()
+                # As a user writes a fan-out and its fan-in: the builder, one transaction.
+                await aioqueue.group(*[task.s(i=i) for i in range(n)]).enqueue(on_success=callback.s())
             else:
                 await _enqueue(task, n, None)
             await worker_for(queue, 10, {}).run_until_empty()
