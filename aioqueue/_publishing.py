@@ -112,5 +112,10 @@ class Publishing:
 
     def relay(self, stream: Stream, streams: Sequence[str], **options: Unpack[RelayOptions]) -> Relay:
         """Make a relay that publishes the outbox ``streams`` to ``stream`` (a
-        :class:`~aioqueue.streams.Stream`, such as ``RedisStream``); run it with ``run()``."""
+        :class:`~aioqueue.streams.Stream`, such as ``RedisStream``); run it with ``run()``.
+        ``streams`` is a list of names: a bare string is refused, not read as its letters."""
+        if isinstance(streams, str | bytes) or not isinstance(streams, Iterable):
+            raise ConfigurationError(
+                f"a relay takes a list of outbox stream names, got {streams!r}: write [{streams!r}]"
+            )
         return Relay(self.database, stream, [check_stream(s) for s in streams], **options)

@@ -340,15 +340,21 @@ class Workflow:
         self.steps: dict[str, tuple[Call, tuple[str, ...], frozenset[str]]] = {}
 
     def add(self, name: str, call: Call, *, after: Sequence[str] = (), may_fail: Sequence[str] = ()) -> Workflow:
-        """Add step ``name`` running ``call`` once the steps ``after`` succeeded (those in
-        ``may_fail`` may also fail). Returns the workflow, to chain calls."""
+        """Add step ``name`` running ``call`` once the steps ``after`` succeeded; it also waits
+        for the steps in ``may_fail``, which may fail instead (named in either list or both).
+        Returns the workflow, to chain calls."""
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"a workflow step's name is a non-empty str, got {name!r}")
         if name in self.steps:
             raise ConfigurationError(f"workflow step {name!r} is added twice")
         if not isinstance(call, Call):
             raise ConfigurationError(f"workflow step {name!r}: give a task call, task.s(...), got {call!r}")
-        self.steps[name] = (call, tuple(after), frozenset(may_fail))
+        for what, names in (("after", after), ("may_fail", may_fail)):
+            if isinstance(names, str | bytes):
+                raise ConfigurationError(f"workflow step {name!r}: {what}= takes a list of step names, "
+                                         f"got {names!r}: write [{names!r}]")
+        waits = tuple(dict.fromkeys((*after, *may_fail)))  # a step that may fail is still waited for
+        self.steps[name] = (call, waits, frozenset(may_fail))
         return self
 
     def order(self) -> list[str]:

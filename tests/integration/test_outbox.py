@@ -355,6 +355,8 @@ def test_relay_options_are_checked(q: aioqueue.Queue) -> None:
         q.relay(stream, ["s"], lease=1.0, poll_interval=2.0)
     with pytest.raises(aioqueue.ConfigurationError, match="outbox stream name"):
         q.relay(stream, [""])
+    with pytest.raises(aioqueue.ConfigurationError, match=r"a list of outbox stream names, got 'orders'"):
+        q.relay(stream, "orders")  # not read as the streams o, r, d, e, s
     with pytest.raises(aioqueue.ConfigurationError, match="names no stream"):
         open_stream("amqp://x")
 

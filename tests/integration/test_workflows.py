@@ -248,6 +248,24 @@ async def test_a_workflow_by_step_names(q: aioqueue.Queue) -> None:
     assert await refs["merge"].result(timeout=10) == "<l><r>"
 
 
+async def test_a_workflow_step_named_only_in_may_fail_is_waited_for(q: aioqueue.Queue) -> None:
+    @q.task(max_attempts=1)
+    async def flaky() -> None:
+        raise RuntimeError("down")
+
+    @q.task(archive=True)
+    async def report() -> list[str]:
+        up = await q.upstream()
+        return [*up.names, *up.statuses]  # type: ignore[list-item]
+
+    refs = await Workflow().add("flaky", flaky.s()).add("report", report.s(), may_fail=["flaky"]).enqueue()
+    assert (await refs["report"].info()).status == "waiting"  # type: ignore[union-attr]
+    await q.worker().run_until_empty()
+    assert await refs["report"].result(timeout=10) == ["flaky", "dead"]
+    with pytest.raises(aioqueue.ConfigurationError, match=r"after= takes a list of step names, got 'flaky'"):
+        Workflow().add("flaky", flaky.s()).add("report", report.s(), after="flaky")
+
+
 async def test_members_finishing_on_eight_workers_at_once_send_one_callback(q: aioqueue.Queue) -> None:
     """1,000 groups of 8 members, each group's members claimed by 8 workers at once: every
     callback is enqueued exactly once, no deadlock, no lost wake-up."""
