@@ -223,9 +223,9 @@ class Workflows:
         )
 
     async def workflow(self, job_id: int, *, limit: int = 10_000) -> list[dict[str, Any]]:
-        """The graph around job ``job_id``: every job it waits for and every job that waits for
-        it, transitively (at most ``limit``), with status, group, the reason of a cancellation
-        and the ids each depends on."""
+        """The workflow of job ``job_id``: every job linked to it by dependencies, either way and
+        transitively (the other branches of a diamond too), at most ``limit``, in id order, with
+        status, group, the reason of a cancellation and the ids each depends on."""
         job_id = check_job_id(job_id)
         limit = check_int("limit", limit, 1, 1_000_000)
         async with self.database.connection() as c:
@@ -234,7 +234,7 @@ class Workflows:
                 or r["id"] == job_id]
 
     async def cancel_workflow(self, job_id: int) -> dict[int, str]:
-        """Cancel every job of the graph around ``job_id`` that has not finished (see
+        """Cancel every job of ``job_id``'s workflow (:meth:`workflow`) that has not finished (see
         :meth:`Queue.cancel`): waiting and pending ones at once, running ones on request."""
         nodes = await self.workflow(job_id)
         live = [n["id"] for n in nodes if n["status"] in ("pending", "waiting", "running")]

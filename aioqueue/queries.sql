@@ -1320,21 +1320,20 @@ WHERE c.job_id = $1
 ORDER BY 1;
 
 -- name: workflow_of
--- The graph around job $1: every job it waits for and every job that waits for it, transitively
--- (at most $2 jobs), each with its status (live or archived) and edges.
-WITH RECURSIVE up(id, depth) AS (
-    SELECT $1::bigint, 0
+-- The workflow job $1 belongs to: every job linked to it by dependencies, either way and
+-- transitively (so a diamond's other branch too), at most $2 jobs, each with its status (live
+-- or archived) and edges. UNION on the id alone ends the walk once no new job turns up.
+WITH RECURSIVE linked(id) AS (
+    SELECT $1::bigint
     UNION
-    SELECT d.depends_on, u.depth + 1 FROM up AS u JOIN {schema}.job_deps AS d ON d.job_id = u.id
-    WHERE u.depth < 100
+    SELECT n.id FROM linked AS l
+    CROSS JOIN LATERAL (
+        SELECT d.depends_on AS id FROM {schema}.job_deps AS d WHERE d.job_id = l.id
+        UNION ALL
+        SELECT d.job_id FROM {schema}.job_deps AS d WHERE d.depends_on = l.id
+    ) AS n
 ),
-down(id, depth) AS (
-    SELECT $1::bigint, 0
-    UNION
-    SELECT d.job_id, w.depth + 1 FROM down AS w JOIN {schema}.job_deps AS d ON d.depends_on = w.id
-    WHERE w.depth < 100
-),
-nodes AS (SELECT id FROM up UNION SELECT id FROM down LIMIT $2)
+nodes AS (SELECT id FROM linked LIMIT $2)
 SELECT n.id, coalesce(j.task, a.task) AS task, coalesce(j.queue, a.queue) AS queue,
        coalesce(j.status, a.status, 'gone') AS status, coalesce(j.group_id, a.group_id) AS group_id,
        a.reason,

@@ -178,6 +178,25 @@ async def test_cancelling_a_workflow_cancels_what_has_not_run(q: aioqueue.Queue,
     assert nodes[2]["depends_on"] == [refs[1]]
 
 
+async def test_cancelling_a_workflow_from_one_branch_cancels_the_whole_diamond(q: aioqueue.Queue) -> None:
+    @q.task
+    async def step() -> None:
+        pass
+
+    refs = await (
+        Workflow()
+        .add("start", step.s())
+        .add("left", step.s(), after=["start"])
+        .add("right", step.s(), after=["start"])
+        .add("merge", step.s(), after=["left", "right"])
+        .enqueue()
+    )
+    ids = sorted(refs.values())
+    assert [n["id"] for n in await q.workflow(refs["left"])] == ids
+    assert await q.cancel_workflow(refs["left"]) == dict.fromkeys(ids, "cancelled")
+    assert [n["status"] for n in await q.workflow(refs["right"])] == ["cancelled"] * 4
+
+
 async def test_refusals_name_what_was_wrong_and_write_nothing(
     q: aioqueue.Queue, db: asyncpg.Connection, other_dsn: str
 ) -> None:
