@@ -275,6 +275,8 @@ class chain:  # lower case: named as Celery's, which users know
         object.__setattr__(self, "calls", calls)
 
     async def enqueue(self, *, conn: Connection | None = None) -> list[JobRef]:
+        """Write the steps in one transaction (the caller's with ``conn``); return their
+        :class:`~aioqueue.JobRef` objects in order."""
         app = _app_of(self.calls)
         refs: list[JobRef] = []
         async with _one_transaction(app, conn) as c:
@@ -318,7 +320,8 @@ class group:  # lower case: named as Celery's, which users know
 
 def chord(header: group | Sequence[Call], body: Call) -> _Chord:
     """A group whose callback ``body`` runs once every member succeeded, reading their results
-    in order with ``await queue.upstream()``: ``await chord([a.s(1), a.s(2)], total.s()).enqueue()``."""
+    in order with ``await queue.upstream()``: ``await chord([a.s(1), a.s(2)], total.s()).enqueue()``
+    (``enqueue(*, name=None, conn=None)``: one transaction, the caller's with ``conn``; returns the :class:`Group`)."""
     return _Chord(header if isinstance(header, group) else group(*header), body)
 
 
@@ -340,9 +343,8 @@ class Workflow:
         self.steps: dict[str, tuple[Call, tuple[str, ...], frozenset[str]]] = {}
 
     def add(self, name: str, call: Call, *, after: Sequence[str] = (), may_fail: Sequence[str] = ()) -> Workflow:
-        """Add step ``name`` running ``call`` once the steps ``after`` succeeded; it also waits
-        for the steps in ``may_fail``, which may fail instead (named in either list or both).
-        Returns the workflow, to chain calls."""
+        """Add step ``name`` running ``call`` once the steps ``after`` succeeded and those in
+        ``may_fail`` finished, whatever their outcome. Returns the workflow, to chain calls."""
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"a workflow step's name is a non-empty str, got {name!r}")
         if name in self.steps:
@@ -351,8 +353,7 @@ class Workflow:
             raise ConfigurationError(f"workflow step {name!r}: give a task call, task.s(...), got {call!r}")
         for what, names in (("after", after), ("may_fail", may_fail)):
             if isinstance(names, str | bytes):
-                raise ConfigurationError(f"workflow step {name!r}: {what}= takes a list of step names, "
-                                         f"got {names!r}: write [{names!r}]")
+                raise ConfigurationError(f"workflow step {name!r}: {what}= takes a list of step names, got {names!r}")
         waits = tuple(dict.fromkeys((*after, *may_fail)))  # a step that may fail is still waited for
         self.steps[name] = (call, waits, frozenset(may_fail))
         return self

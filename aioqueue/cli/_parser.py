@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument(
         "--log-level", default=argparse.SUPPRESS, metavar="LEVEL",
-        help="DEBUG, INFO, WARNING or ERROR (default: INFO for worker, WARNING otherwise)",
+        help="DEBUG, INFO, WARNING or ERROR (default: INFO for worker and relay, WARNING otherwise)",
     )
 
     parser = argparse.ArgumentParser(

@@ -209,6 +209,33 @@ async def test_bad_steps_are_refused_at_the_call(q: aioqueue.Queue, db: asyncpg.
         await aioqueue.step("outside", fine)
 
 
+async def test_a_name_stored_as_a_step_reached_as_a_sleep_is_refused_and_ten_years_is_the_limit(
+    q: aioqueue.Queue,
+) -> None:
+    seen: list[str] = []
+
+    async def fine() -> int:
+        return 1
+
+    @q.task(max_attempts=2)
+    async def job() -> None:
+        if not seen:
+            seen.append(str(await aioqueue.step("x", fine)))
+            raise RuntimeError("first attempt fails after its step")
+        with pytest.raises(aioqueue.AioqueueError) as info:
+            await aioqueue.sleep(1, name="x")  # where the first run stored a step
+        seen.append(str(info.value))
+        with pytest.raises(aioqueue.ConfigurationError, match=r"0\.\.10 years"):
+            await aioqueue.sleep(10 * 365 * 86400 + 1)
+
+    await job.enqueue()
+    await drain(q)
+    async with q.connection() as conn:
+        await conn.execute("UPDATE aioqueue.jobs SET run_at = now()")  # the retry, due now
+    assert [a.outcome for a in await drain(q)] == ["succeeded"]
+    assert seen[0] == "1" and "x" in seen[1]
+
+
 async def test_a_sleep_gives_the_slot_back_and_resumes_on_the_queue_clock(
     q: aioqueue.Queue, db: asyncpg.Connection
 ) -> None:

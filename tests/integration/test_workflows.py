@@ -232,6 +232,40 @@ async def test_refusals_name_what_was_wrong_and_write_nothing(
     assert await db.fetchval("SELECT count(*) FROM aioqueue.job_deps") == 0
 
 
+async def test_a_cancelled_dependency_or_a_missing_group_is_refused_and_a_cancelled_member_fails_its_group(
+    q: aioqueue.Queue,
+) -> None:
+    seen: list[str] = []
+
+    @q.task
+    async def plain() -> None:
+        pass
+
+    @q.task
+    async def done(kind: str) -> None:
+        seen.append(kind)
+
+    cancelled = await plain.enqueue()
+    assert await q.cancel(cancelled) == "cancelled"
+    with pytest.raises(DependencyError, match=f"dependency {cancelled} "):
+        await plain.options(after=[cancelled]).enqueue()
+    with pytest.raises(DependencyError, match="group 999999"):
+        await plain.options(group=999999).enqueue()
+    with pytest.raises(aioqueue.ConfigurationError, match="group 999999 does not exist"):
+        await q.close_group(999999)
+    g = await q.open_group(on_success=done.s(kind="success"), on_failure=done.s(kind="failure"))
+    member = await plain.options(group=g).enqueue()
+    await plain.options(group=g).enqueue()
+    assert await q.cancel(member) == "cancelled"
+    await g.close()
+    await q.worker().run_until_empty()
+    assert seen == ["failure"]
+    counts = await g.counts()
+    assert (counts.total, counts.succeeded, counts.cancelled, counts.done) == (2, 1, 1, True)
+    assert set(counts.callbacks) == {"on_failure"}
+    assert counts.callback_tasks == {"on_success": "done", "on_failure": "done"}
+
+
 async def test_a_refusal_inside_the_callers_transaction_leaves_it_usable(q: aioqueue.Queue) -> None:
     @q.task
     async def plain() -> None:
