@@ -162,6 +162,8 @@ class Enqueuer(Generic[P, R]):
             per_item = None if keys is None else check_keys(keys, len(calls), "enqueue_many")
         except ConfigurationError as exc:
             raise ConfigurationError(f"task {self.task.name!r}: {exc}") from None
+        if per_item is not None and self.opts.links is not None:  # a taken key would link a job already there
+            raise ConfigurationError(f"task {self.task.name!r}: dedup keys cannot be given with after= or group=")
         if not calls:
             return None
         named = self._named(calls, headers)

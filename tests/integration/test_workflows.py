@@ -253,6 +253,11 @@ async def test_a_cancelled_dependency_or_a_missing_group_is_refused_and_a_cancel
         await plain.options(group=999999).enqueue()
     with pytest.raises(aioqueue.ConfigurationError, match="group 999999 does not exist"):
         await q.close_group(999999)
+    for links in ({"after": [cancelled]}, {"group": 999999}):  # checked before the database is asked
+        with pytest.raises(aioqueue.ConfigurationError, match=r"dedup keys? cannot be given with after= or group="):
+            await plain.options(**links).enqueue_many([{}], keys=["k"])
+        with pytest.raises(aioqueue.ConfigurationError, match=r"dedup keys? cannot be given with after= or group="):
+            plain.options(key="k", **links)
     g = await q.open_group(on_success=done.s(kind="success"), on_failure=done.s(kind="failure"))
     member = await plain.options(group=g).enqueue()
     await plain.options(group=g).enqueue()
