@@ -128,9 +128,11 @@ class Producer:
         self._stopping = False
         self._slots = config.slots_by_queue
         self.prefetch = Prefetch(config.prefetch)
-        # Queues with a global concurrency or rate limit: claims on them lock their settings
-        # row first. Re-read at most every `limits_refresh` seconds.
+        # Queues with a global limit or per-key settings (claimed by the limits' statement) and,
+        # of those, the ones with a global limit, whose settings rows a claim locks first.
+        # Re-read at most every `limits_refresh` seconds.
         self.limited: list[str] = []
+        self.locked: list[str] = []
         self.limits_refresh = max(config.poll_interval, 1.0)
         self._limits_read_at = -math.inf
 
@@ -297,7 +299,8 @@ class Producer:
         statement; they are running under our lease.
 
         Claims on queues with a global limit run in a short transaction that first locks those
-        queues' settings rows, so concurrent workers take turns and the limit holds.
+        queues' settings rows, so concurrent workers take turns and the limit holds; per-key
+        limits hold by claim_keyed's locks of keys.
         ``hand_over(jobs)`` is called with the committed claim before the connection goes back to
         the pool: giving it back costs the event loop a few turns (asyncpg shields the release in
         a task of its own), which handlers of an idle worker's wake-up need not wait for.
@@ -315,16 +318,17 @@ class Producer:
             async with self.db.connection() as conn:
                 now = time.monotonic()
                 if now - self._limits_read_at >= self.limits_refresh:
-                    self.limited = [r["name"] for r in await conn.fetch(q.limited_queues, self.queues)]
+                    limited = await conn.fetch(q.limited_queues, self.queues)
+                    self.limited = [r["name"] for r in limited]
+                    self.locked = [r["name"] for r in limited if r["locked"]]
                     self._limits_read_at = now
                 while True:
-                    if self.limited:
-                        b = claim(limited=True)
+                    b = claim(limited=bool(self.limited))
+                    if self.locked:
                         async with conn.transaction():
-                            await conn.execute(q.lock_queues, self.limited)
+                            await conn.execute(q.lock_queues, self.locked)
                             rows = await conn.fetch(b.sql, *b.args)
                     else:
-                        b = claim(limited=False)
                         rows = await conn.fetch(b.sql, *b.args)
                     jobs, bad = decode_claimed(rows)
                     if len(jobs) > 1:

@@ -72,7 +72,8 @@ class Statements:
     ) -> Bound:
         """Claim up to ``wants[i]`` jobs of ``queues[i]``, ``limit`` in all, for ``worker`` under a
         lease of ``lease`` seconds; ``limited``: some of the queues have a global limit (the
-        caller has locked their settings rows), else the cheaper ``claim_unlimited``."""
+        caller has locked their settings rows) or per-key settings, else the cheaper
+        ``claim_unlimited``."""
         sql = self.queries.claim if limited else self.queries.claim_unlimited
         return Bound(sql, (queues, wants, worker, lease, limit, commit_mode))
 

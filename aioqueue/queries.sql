@@ -166,9 +166,9 @@ LEAST(CASE $4::timestamptz WHEN '-infinity' THEN '0001-01-01 00:00:00+00'
 -- which locks them with FOR UPDATE SKIP LOCKED and marks them running under a lease ($6: the
 -- commit mode, see commit_mode). A queue's row in `queues` may pause it or cap it: at most
 -- concurrency_limit running and rate_limit claimed per rate_period, across all workers (the
--- caller locks limited queues' rows first, in the same transaction, see lock_queues). A queue
--- that is fair or has a per-key limit is claimed by claim_keyed (migration 0018), first, and the
--- others by claim_jobs with the room left.
+-- caller locks those queues' rows first, in the same transaction, see lock_queues). A queue
+-- that is fair or has a per-key limit is claimed by claim_keyed (migrations 0018, 0020 and
+-- 0022), first, and the others by claim_jobs with the room left.
 WITH settings AS MATERIALIZED (
     SELECT s.name, s.paused, s.concurrency_limit, s.rate_limit, s.rate_period, s.recent_starts,
            s.fair OR s.key_concurrency_limit IS NOT NULL AS keyed
@@ -260,23 +260,29 @@ SELECT EXISTS (
 );
 
 -- name: lock_queues
--- Lock the rows of the limited queues among $1 (see limited_queues), in name order, so that
--- claims on them take turns and each sees the others' claims (the claim that follows gets a
--- fresh snapshot).
+-- Lock the rows of the queues among $1 with a global limit (see limited_queues), in name order,
+-- so that claims on them take turns and each sees the others' claims (the claim that follows
+-- gets a fresh snapshot).
 SELECT s.name FROM {schema}.queues AS s
-WHERE s.name = ANY($1::text[]) AND {limited}
+WHERE s.name = ANY($1::text[]) AND {globally_limited}
 ORDER BY s.name
 FOR UPDATE;
 
 -- name: limited_queues
--- Which of the queues $1 have a global limit or per-key settings (the producer locks those).
-SELECT s.name FROM {schema}.queues AS s
+-- Which of the queues $1 have a global limit or per-key settings (the producer claims those
+-- with `claim`), and whether a global limit (it locks those first, see lock_queues). Per-key
+-- settings alone need no lock of the queue: claim_keyed locks keys (migration 0022).
+SELECT s.name, {globally_limited} AS locked FROM {schema}.queues AS s
 WHERE s.name = ANY($1::text[]) AND {limited};
 
+-- fragment: globally_limited
+-- A queue row `s` with a global concurrency or rate limit: its claims take turns.
+(s.concurrency_limit IS NOT NULL OR s.rate_limit IS NOT NULL)
+
 -- fragment: limited
--- A queue row `s` whose claims take turns: one with a global limit, or fair, or with a
--- per-key limit.
-(s.concurrency_limit IS NOT NULL OR s.rate_limit IS NOT NULL OR s.fair OR s.key_concurrency_limit IS NOT NULL)
+-- A queue row `s` claimed by `claim` rather than claim_unlimited: one with a global limit, or
+-- fair, or with a per-key limit.
+({globally_limited} OR s.fair OR s.key_concurrency_limit IS NOT NULL)
 
 -- name: set_paused
 -- Pause or resume a queue; resuming wakes its workers.

@@ -119,7 +119,7 @@ async def test_per_key_concurrency_holds_across_workers_and_queues_instances(dsn
         @queue.task(name="sync", queue="tenants")
         async def sync(key: str) -> None:
             with seen.holding(key):
-                await anyio.sleep(0.01)
+                await anyio.sleep(0.1)  # long enough for a second job of the key to start
 
     await queues[0].set_key_limits("tenants", concurrency=2)
     keys = [f"tenant-{i}" for i in range(8)]

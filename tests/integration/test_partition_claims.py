@@ -1,0 +1,70 @@
+"""Keyed claims side by side: claims of a queue with per-key settings and no global limit run at
+once in every worker (no queue-wide lock); a key that one claim is taking is passed over by the
+others, and what that claim took counts against the key's limit in every claim after it."""
+
+from __future__ import annotations
+
+import anyio
+import asyncpg
+
+import aioqueue
+from tests.support.helpers import eventually, running
+
+CLAIM = ("SELECT j.partition_key FROM aioqueue.claim_keyed(ARRAY['tenants'], ARRAY[$1::int], 'w', 30, $1::int, NULL)"
+         " AS c JOIN aioqueue.jobs AS j ON j.id = c.id")
+
+
+async def test_claims_of_a_keyed_queue_do_not_wait_for_the_queues_row(
+    q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
+) -> None:
+    """The queue's settings row stays locked by another transaction (as a claim of a queue with a
+    global limit holds it): the keyed queue's worker claims and runs its jobs all the same."""
+    ran: list[str] = []
+
+    @q.task(queue="tenants")
+    async def work(key: str) -> None:
+        ran.append(key)
+
+    await q.set_key_limits("tenants", concurrency=1)
+    for key in ("a", "b", "c"):
+        await work.options(partition_key=key).enqueue_many([{"key": key}] * 2)
+    holder = await asyncpg.connect(dsn)
+    try:
+        async with holder.transaction():
+            await holder.execute("SELECT FROM aioqueue.queues WHERE name = 'tenants' FOR UPDATE")
+            async with running(q.worker(concurrency=3, poll_interval=0.05)):
+                await eventually(lambda: len(ran) == 6, timeout=20, what="every job, the row locked")
+    finally:
+        await holder.close()
+    assert sorted(ran) == ["a", "a", "b", "b", "c", "c"]
+
+
+async def test_a_key_an_open_claim_holds_is_passed_over_then_counted(
+    q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
+) -> None:
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", concurrency=1)
+    await work.options(partition_key="a").enqueue_many([{}] * 3)
+    await work.options(partition_key="b").enqueue_many([{}] * 3)
+    other = await asyncpg.connect(dsn)
+    try:
+        tr = other.transaction()
+        await tr.start()
+        first = [r["partition_key"] for r in await other.fetch(CLAIM, 1)]
+        assert len(first) == 1
+        [taken] = first
+        # The open claim holds its key: another claim takes the other key only.
+        with anyio.fail_after(10):
+            second = [r["partition_key"] for r in await db.fetch(CLAIM, 5)]
+        assert second == [k for k in ("a", "b") if k != taken]
+        await tr.commit()
+        # Committed, its running job counts: both keys are at their limit of 1.
+        assert await db.fetch(CLAIM, 5) == []
+    finally:
+        await other.close()
+    running_now = await db.fetch(
+        "SELECT partition_key, count(*) AS n FROM aioqueue.jobs WHERE status = 'running' GROUP BY 1 ORDER BY 1")
+    assert [(r["partition_key"], r["n"]) for r in running_now] == [("a", 1), ("b", 1)]
