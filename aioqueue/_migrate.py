@@ -13,6 +13,9 @@ import re
 import zlib
 from importlib import resources
 
+import anyio
+import asyncpg
+
 from ._job import Connection
 from ._queries import for_schema, validate_schema
 
@@ -82,8 +85,27 @@ async def applied_version(conn: Connection, schema: str) -> int:
     return int(await conn.fetchval(q.schema_version))
 
 
-async def migrate(conn: Connection, schema: str) -> list[int]:
-    """Bring ``schema`` to the newest version; return the versions this call applied."""
+# A migration takes its tables' locks in its own order (an ALTER of jobs, then of queues) while
+# running workers of the release before take them in theirs (a claim reads a queue's settings,
+# then jobs): the server breaks such a cycle by failing one side with a deadlock error. The whole
+# migration is one transaction, so the failed try changed nothing and is simply run again.
+_DEADLOCK_TRIES = 5
+
+
+async def migrate(conn: Connection, schema: str, *, to: int | None = None) -> list[int]:
+    """Bring ``schema`` to the newest version (or to version ``to``); return the versions this call
+    applied. A try that a deadlock with running workers rolled back is tried again."""
+    for attempt in range(1, _DEADLOCK_TRIES + 1):
+        try:
+            return await _migrate_once(conn, schema, latest_version() if to is None else to)
+        except asyncpg.DeadlockDetectedError:
+            if attempt == _DEADLOCK_TRIES:
+                raise
+            await anyio.sleep(0.05 * attempt)
+    raise AssertionError("unreachable")
+
+
+async def _migrate_once(conn: Connection, schema: str, to: int) -> list[int]:
     q = for_schema(schema)
     applied: list[int] = []
     async with conn.transaction():
@@ -92,7 +114,7 @@ async def migrate(conn: Connection, schema: str) -> list[int]:
         await conn.execute(q.create_migrations_table)
         current = await applied_version(conn, schema)
         for m in migrations():
-            if m.version <= current:
+            if m.version <= current or m.version > to:
                 continue
             await conn.execute(m.render(schema))
             await conn.execute(q.record_migration, m.version, m.name)
