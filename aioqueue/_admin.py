@@ -175,11 +175,12 @@ class Admin:
 
     async def list_workers(self, *, expiry: float | None = None) -> list[dict[str, Any]]:
         """Return the live workers (seen within ``expiry`` seconds; default: three registry
-        intervals), oldest first, each with the number of jobs it runs (``running``)."""
+        intervals), oldest first, each with the number of jobs it runs (``running``) and what
+        it did so far as of its last refresh (``counts``: a dict of its ``WorkerStats``)."""
         seconds = DEFAULT_INTERVAL * EXPIRY_INTERVALS if expiry is None else expiry
         async with self.db.connection() as conn:
             rows = await conn.fetch(self.db.queries.list_workers, float(seconds))
-        return [dict(r) for r in rows]
+        return [{**r, "counts": json.loads(r["counts"])} for r in rows]
 
     async def periodic_schedules(self, periodics: Mapping[str, Periodic] | None = None) -> list[dict[str, Any]]:
         """Every periodic task: ``name``, its newest enqueued slot (``last_slot``), and, for the

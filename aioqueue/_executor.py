@@ -27,7 +27,7 @@ from ._errors import Abort, Retry, Snooze
 from ._job import Job, _current
 from ._outcome import HandlerTimeout, Interrupt, Outcome, _Attempt, _attempt, decide
 from ._retry import Backoff
-from ._steps import Suspended
+from ._steps import Suspended, stored_by
 from .middleware import call_with_middleware
 
 if TYPE_CHECKING:
@@ -56,6 +56,10 @@ def storable_text(text: str) -> str:
     """``text`` as PostgreSQL ``text`` can hold it: NUL and unpaired surrogates escaped, so an
     odd error message cannot make the outcome's write fail (and retry) forever."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+#: The worker's count of each kind of durable step its handlers stored (see WorkerStats).
+STORED_COUNTS = {"step": "steps", "sleep": "sleeps", "event": "event_waits"}
 
 
 class Executor:
@@ -140,6 +144,7 @@ class Executor:
         except Snooze as exc:
             self._count(job, "snoozed", started)
             if isinstance(exc, Suspended):  # at a sleep or an event wait: due when it wakes
+                self.counts["suspended"] += 1
                 self.completer.suspended(job)
             else:
                 self.completer.rescheduled(job, exc.delay)
@@ -160,6 +165,10 @@ class Executor:
             self.completer.succeeded(job, stored)
         finally:
             del self.running[claim]
+            written = stored_by(job)  # durable steps, sleeps and waits this run stored
+            if written:
+                for kind, n in written.items():
+                    self.counts[STORED_COUNTS[kind]] += n
             if attempt_token is not None:
                 _attempt.reset(attempt_token)
             _current.reset(job_token)

@@ -113,6 +113,17 @@ class Operations:
         the waiters wake when it commits, and not at all if it rolls back."""
         return await StepAdmin(self.admin.db).send_event(event, payload, key=key, conn=conn)
 
+    async def workflow_status(self) -> dict[str, int]:
+        """Workflow work in flight, each an index-only count: ``groups_open`` (groups taking
+        members), ``groups_closed`` (closed, waiting for members to finish), ``waiting`` (jobs
+        waiting for other jobs), ``sleeping`` and ``awaiting_event`` (jobs stopped at a durable
+        sleep or event wait)."""
+        db = self.admin.db
+        async with db.connection() as conn:
+            row = await conn.fetchrow(db.queries.workflow_status)
+        assert row is not None
+        return {k: int(v) for k, v in row.items()}
+
     async def job_steps(self, job_id: int) -> list[StepInfo]:
         """The durable steps, sleeps and event waits job ``job_id`` stored, first reached first."""
         return await StepAdmin(self.admin.db).job_steps(job_id)

@@ -120,6 +120,7 @@ class Queries:
     prune_steps: str
     index_reads_only: str
     busiest_keys: str
+    workflow_status: str
 
 
 def parse(text: str) -> dict[str, str]:

@@ -1,5 +1,5 @@
-"""The registry of live workers: each worker's row in ``workers``, kept fresh while it runs,
-and the queue of each task it serves, in ``tasks``.
+"""The registry of live workers: each worker's row in ``workers``, kept fresh while it runs
+with what it did so far (its counts), and the queue of each task it serves, in ``tasks``.
 
 A ``WorkerRegistry`` runs in every worker's service task group. It writes one statement per
 interval (insert the row, or refresh ``last_seen``, and delete the rows of workers silent for
@@ -12,10 +12,11 @@ the worker's name.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -48,6 +49,7 @@ class WorkerRegistry:
         pid: int | None = None,
         version: str | None = None,
         interval: float = DEFAULT_INTERVAL,
+        counts: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self.db = db
         self.name = name
@@ -60,6 +62,8 @@ class WorkerRegistry:
         self.pid = os.getpid() if pid is None else pid
         self.version = __version__ if version is None else version
         self.interval = interval
+        self.counts = counts
+        """What the worker did so far (claimed, succeeded, ..., steps stored), read at each refresh."""
         self.refreshes = 0
         """Statements written to refresh the row so far (one per interval)."""
         self.registered = anyio.Event()
@@ -76,10 +80,11 @@ class WorkerRegistry:
         """Write the row (or refresh ``last_seen``) and delete expired rows, and until that has
         succeeded once, record the tasks' queues: one statement."""
         names = self._unrecorded
+        counts = json.dumps(dict(self.counts()) if self.counts is not None else {})
         async with self.db.connection() as conn:
             await conn.execute(
                 self.db.queries.register_worker, self.name, self.host, self.pid, self.queues,
-                self.concurrency, self.version, self.expiry, names, [self.tasks[n] for n in names],
+                self.concurrency, self.version, self.expiry, names, [self.tasks[n] for n in names], counts,
             )
         self._unrecorded = []
         self.refreshes += 1

@@ -84,6 +84,8 @@ class _Run:
     db: Database
     stored: dict[tuple[str, int], _Stored]
     reached: Counter[str] = dataclasses.field(default_factory=Counter)
+    written: Counter[str] = dataclasses.field(default_factory=Counter)
+    """What this run stored, by kind (step, sleep, event): what the worker and metrics count."""
 
     def next(self, name: str, kind: str) -> tuple[int, _Stored | None]:
         self.reached[name] += 1
@@ -109,9 +111,12 @@ class _Run:
                      conn: Connection | None = None) -> _Stored:
         sql = self.db.queries.record_step
         if conn is not None:
-            return await self.write(conn, sql, name, occurrence, kind, state, *args)
-        async with self.db.connection() as pooled:
-            return await self.write(pooled, sql, name, occurrence, kind, state, *args)
+            stored = await self.write(conn, sql, name, occurrence, kind, state, *args)
+        else:
+            async with self.db.connection() as pooled:
+                stored = await self.write(pooled, sql, name, occurrence, kind, state, *args)
+        self.written[kind] += 1
+        return stored
 
     async def settle(self, name: str, occurrence: int) -> _Stored:
         async with self.db.connection() as conn:
@@ -143,6 +148,14 @@ async def _current_run(call: str) -> _Run:
     run = _Run(job, db, {(r["name"], r["occurrence"]): _from_row(r) for r in rows})
     _run.set(run)
     return run
+
+
+def stored_by(job: Job) -> Counter[str] | None:
+    """The steps, sleeps and event waits (``step``, ``sleep``, ``event``) that the run of
+    ``job``'s handler which just ended in this context stored, by kind; None when it reached
+    none. The executor and the metrics middleware read it when the run ends."""
+    run = _run.get(None)
+    return run.written if run is not None and run.job is job else None
 
 
 def _from_row(row: asyncpg.Record) -> _Stored:

@@ -48,7 +48,9 @@ logger = logging.getLogger("aioqueue.worker")
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkerStats:
-    """What a worker did: jobs claimed, and how their attempts ended."""
+    """What a worker did: jobs claimed, and how their attempts ended; of the snoozed ones, those
+    that stopped at a durable sleep or event wait (``suspended``); and what its handlers stored
+    (:func:`aioqueue.step`, :func:`aioqueue.sleep`, :func:`aioqueue.wait_for_event`)."""
 
     claimed: int = 0
     succeeded: int = 0
@@ -57,6 +59,10 @@ class WorkerStats:
     snoozed: int = 0
     interrupted: int = 0
     cancelled: int = 0
+    suspended: int = 0
+    steps: int = 0
+    sleeps: int = 0
+    event_waits: int = 0
 
 
 class Worker:
@@ -193,7 +199,8 @@ class Worker:
                 services.start_soon(self._after_first_claim, functools.partial(self.maintenance.run, reaped=True))
                 served = {t.name: t.queue for t in self.app.tasks.values() if t.queue in queues}
                 self.registry = WorkerRegistry(
-                    db, self.name, queues=queues, concurrency=cfg.concurrency, tasks=served
+                    db, self.name, queues=queues, concurrency=cfg.concurrency, tasks=served,
+                    counts=lambda: dataclasses.asdict(self.stats),
                 )
                 services.start_soon(self.registry.run)
                 if cfg.listen and not burst:

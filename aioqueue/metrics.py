@@ -27,7 +27,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from ._job import Job
-from ._steps import Suspended
+from ._steps import Suspended, stored_by
 from .middleware import outcome
 
 if TYPE_CHECKING:
@@ -47,9 +47,12 @@ class PrometheusMetrics:
     ``aioqueue_jobs_failed_total`` (failed attempts, retried or dead), ``aioqueue_jobs_dead_total``,
     ``aioqueue_job_duration_seconds`` (histogram, every attempt that ran to an end),
     ``aioqueue_jobs_suspended_total`` (runs that stopped at a durable sleep or event wait and
-    gave their slot back, see ``aioqueue.sleep``). By ``queue``
-    and ``state`` (pending, ready, scheduled, running, dead): ``aioqueue_queue_depth``; by
-    ``queue``: ``aioqueue_queue_oldest_ready_age_seconds``.
+    gave their slot back, see ``aioqueue.sleep``); by ``queue``, ``task`` and ``kind`` (step,
+    sleep, event): ``aioqueue_steps_stored_total``. By ``queue`` and ``state`` (pending, ready,
+    scheduled, running, dead, waiting): ``aioqueue_queue_depth``; by ``queue``:
+    ``aioqueue_queue_oldest_ready_age_seconds``. Workflow work in flight: ``aioqueue_groups``
+    by ``state`` (open, closed), ``aioqueue_jobs_waiting_for_jobs``, and
+    ``aioqueue_jobs_awaiting`` by ``kind`` (sleep, event).
     """
 
     def __init__(
@@ -78,6 +81,16 @@ class PrometheusMetrics:
         self.suspended = prometheus_client.Counter(
             "jobs_suspended", "Handler runs that stopped at a durable sleep or event wait.", labels, **common
         )
+        self.steps_stored = prometheus_client.Counter(
+            "steps_stored", "Durable steps, sleeps and event waits stored by handlers.", (*labels, "kind"), **common
+        )
+        self.groups = prometheus_client.Gauge("groups", "Groups not done, by state.", ("state",), **common)
+        self.waiting_for_jobs = prometheus_client.Gauge(
+            "jobs_waiting_for_jobs", "Jobs waiting for other jobs to finish.", **common
+        )
+        self.suspended_now = prometheus_client.Gauge(
+            "jobs_awaiting", "Jobs stopped at a durable sleep or event wait, by kind.", ("kind",), **common
+        )
         self.depth = prometheus_client.Gauge(
             "queue_depth", "Jobs in the queue, by state.", ("queue", "state"), **common
         )
@@ -103,11 +116,12 @@ class PrometheusMetrics:
         series = self._series.get(key)
         if series is None:
             series = self._series[key] = _Series(self, job.queue, job.task)
-        return _Observation(series, job)
+        return _Observation(self, series, job)
 
     async def refresh(self, queue: Queue) -> None:
-        """Set the depth gauges from ``queue.status()`` (one query; queues now empty go to 0) and
-        the outbox gauges from ``queue.outbox_status()`` (one query)."""
+        """Set the depth gauges from ``queue.status()`` (one query; queues now empty go to 0), the
+        outbox gauges from ``queue.outbox_status()`` (one query), and the workflow gauges from
+        ``queue.workflow_status()`` (one query)."""
         rows = await queue.status()
         seen = set()
         for row in rows:
@@ -125,6 +139,12 @@ class PrometheusMetrics:
             self.outbox_lag.labels(row["stream"]).set(row["lag"])
             self.outbox_waiting.labels(row["stream"]).set(row["waiting"])
             self.outbox_published.labels(row["stream"]).set(row["published"])
+        flows = await queue.workflow_status()
+        self.groups.labels("open").set(flows["groups_open"])
+        self.groups.labels("closed").set(flows["groups_closed"])
+        self.waiting_for_jobs.set(flows["waiting"])
+        self.suspended_now.labels("sleep").set(flows["sleeping"])
+        self.suspended_now.labels("event").set(flows["awaiting_event"])
 
     async def poll(self, queue: Queue, interval: float = 15.0) -> None:
         """Refresh the depth gauges every ``interval`` seconds until cancelled; log failures."""
@@ -160,9 +180,10 @@ class _Series:
 class _Observation:
     """One attempt under observation: an async context manager around its handler."""
 
-    __slots__ = ("_job", "_series", "_started")
+    __slots__ = ("_job", "_metrics", "_series", "_started")
 
-    def __init__(self, series: _Series, job: Job) -> None:
+    def __init__(self, metrics: PrometheusMetrics, series: _Series, job: Job) -> None:
+        self._metrics = metrics
         self._series = series
         self._job = job
         self._started = 0.0
@@ -175,6 +196,10 @@ class _Observation:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         series = self._series
+        written = stored_by(self._job)  # durable steps this run stored
+        if written:
+            for kind, n in written.items():
+                self._metrics.steps_stored.labels(self._job.queue, self._job.task, kind).inc(n)
         result = outcome(self._job, exc)
         if result == "interrupted" or result == "snoozed":
             if isinstance(exc, Suspended):

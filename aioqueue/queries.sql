@@ -818,7 +818,7 @@ WHERE s.minute < date_trunc('minute', {schema}.now()) - make_interval(secs => $1
 -- record the queue ($9) of each task the worker serves ($8), which a job enqueued by name
 -- without a queue goes to (queue_of). The worker sends its tasks until this has succeeded
 -- once, empty arrays after. In name order, so workers starting together lock rows in one order.
--- On the wall clock: the registry tells live processes from dead ones by the real seconds
+-- $10: what the worker did so far (its WorkerStats, a JSON object), kept in its row. On the wall clock: the registry tells live processes from dead ones by the real seconds
 -- between their beats, whatever time a test gives the queue.
 WITH expired AS (
     DELETE FROM {schema}.workers AS w
@@ -830,9 +830,9 @@ recorded AS (
     ORDER BY s.name
     ON CONFLICT (name) DO UPDATE SET queue = EXCLUDED.queue, seen_at = pg_catalog.now()
 )
-INSERT INTO {schema}.workers AS w (name, host, pid, queues, concurrency, version)
-VALUES ($1, $2, $3, $4::text[], $5, $6)
-ON CONFLICT (name) DO UPDATE SET last_seen = pg_catalog.now()
+INSERT INTO {schema}.workers AS w (name, host, pid, queues, concurrency, version, counts)
+VALUES ($1, $2, $3, $4::text[], $5, $6, $10::jsonb)
+ON CONFLICT (name) DO UPDATE SET last_seen = pg_catalog.now(), counts = EXCLUDED.counts
 RETURNING w.started_at;
 
 -- name: unregister_worker
@@ -841,10 +841,11 @@ DELETE FROM {schema}.workers AS w WHERE w.name = $1;
 
 -- name: list_workers
 -- Live workers (seen in the last $1 seconds of the wall clock, as register_worker counts them),
--- oldest first, with how many jobs each runs.
+-- oldest first, with how many jobs each runs and what it did so far (counts, as of its last refresh).
 SELECT w.name, w.host, w.pid, w.queues, w.concurrency, w.version, w.started_at, w.last_seen,
        (SELECT count(*) FROM {schema}.jobs AS j
-        WHERE j.status = 'running' AND j.locked_by = w.name) AS running
+        WHERE j.status = 'running' AND j.locked_by = w.name) AS running,
+       w.counts::text AS counts
 FROM {schema}.workers AS w
 WHERE w.last_seen >= pg_catalog.now() - make_interval(secs => $1)
 ORDER BY w.started_at, w.name;
@@ -1535,3 +1536,16 @@ FROM counted AS k
 WHERE k.running > 0 OR k.pending > 0
 ORDER BY k.running + k.pending DESC, k.key
 LIMIT $2;
+
+-- name: workflow_status
+-- Workflow figures in one row, each an index-only count of work in flight (migration 0023): groups
+-- not done, open (taking members) or closed (waiting for members to finish); jobs waiting for
+-- other jobs (jobs_waiting_idx); sleeps and event waits still open (a received event not yet
+-- taken counts as a wait).
+SELECT (SELECT count(*) FROM {schema}.job_groups AS g WHERE g.done_at IS NULL AND NOT g.closed) AS groups_open,
+       (SELECT count(*) FROM {schema}.job_groups AS g WHERE g.done_at IS NULL AND g.closed) AS groups_closed,
+       (SELECT count(*) FROM {schema}.jobs AS j WHERE j.status = 'waiting') AS waiting,
+       (SELECT count(*) FROM {schema}.job_steps AS s
+        WHERE s.state IN ('waiting', 'received') AND s.kind = 'sleep') AS sleeping,
+       (SELECT count(*) FROM {schema}.job_steps AS s
+        WHERE s.state IN ('waiting', 'received') AND s.kind = 'event') AS awaiting_event;
