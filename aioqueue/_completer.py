@@ -138,6 +138,8 @@ class Completer:
         self._progress_due: float | None = None
         self.progress_writes = 0
         """Statements that wrote reported progress so far."""
+        self.warmed = anyio.Event()
+        """Set once :meth:`run` has warmed up (see :meth:`warm_up`)."""
 
     def __len__(self) -> int:
         """Outcomes buffered and not yet written."""
@@ -217,7 +219,9 @@ class Completer:
     # -- writing -------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Flush buffered outcomes until cancelled; retry failed writes with backoff."""
+        """Warm up, then flush buffered outcomes until cancelled; retry failed writes with backoff."""
+        await self.warm_up()
+        self.warmed.set()
         failures = 0
         while True:
             due = self._progress_due
@@ -295,6 +299,18 @@ class Completer:
                 self._progress_due = time.monotonic() + self.progress_interval
             raise
         self.progress_writes += 1
+
+    async def warm_up(self) -> None:
+        """Open a connection for the writes and plan the success write on it, writing nothing:
+        :meth:`run` does it first, beside the worker's first statements, so that the first
+        outcomes wait neither for a new connection nor for a cold plan (a fresh backend plans
+        the write over the archive's partitions). A failure is left to the first real write."""
+        try:
+            async with self.db.connection() as conn:
+                b = self.db.statements.complete(ids=[], attempts=[], results=[], commit_mode=self.commit_mode)
+                await conn.execute(b.sql, *b.args)
+        except Exception as exc:
+            logger.debug("warming up the outcome writes failed (%s: %s)", type(exc).__name__, exc)
 
     async def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until nothing is buffered; return whether that happened within ``timeout``."""

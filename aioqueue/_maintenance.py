@@ -182,11 +182,15 @@ class Maintenance:
         except Exception as exc:
             logger.warning("maintenance step %s failed (%s: %s)", step.__name__, type(exc).__name__, exc)
 
-    async def run(self, *, reaped: bool = False) -> None:
-        """Run upkeep at start and then every ``reap_interval`` until cancelled (``reaped``: the
-        caller has just reaped, so the first pass does not), and :meth:`run_vacuum` beside it."""
+    async def run(self, *, reaped: bool = False, settled: Callable[[], Awaitable[bool]] | None = None) -> None:
+        """Run :meth:`run_vacuum` at once, and beside it upkeep at start and then every
+        ``reap_interval`` until cancelled (``reaped``: the caller has just reaped, so the first
+        pass does not). ``settled``: awaited before the first pass, it returns whether the
+        reaper is due in that pass after all."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.run_vacuum)
+            if settled is not None and await settled():
+                reaped = False
             await self._run_upkeep(reaped)
 
     async def _run_upkeep(self, reaped: bool) -> None:

@@ -1,8 +1,8 @@
 """Claim ready jobs for one worker, end to end: how many, when, and in one statement.
 
 The producer owns the worker's claiming: it works out the free capacity (slots not taken by
-active handlers, plus an adaptive prefetch buffer, see :class:`Prefetch`, capped per queue when
-the worker caps queues), holds off while the completer has no room for more outcomes, and waits
+active handlers, plus an adaptive prefetch buffer, see :mod:`aioqueue._prefetch`, capped per
+queue when the worker caps queues), holds off while the completer has no room for more outcomes, and waits
 for a reason to look (a notification, a freed slot, the end of a claim that filled every slot,
 the moment the earliest known delayed job or rate window comes due, or the poll tick). It then
 claims with ``FOR UPDATE SKIP LOCKED`` in a single short statement, records the claims, and
@@ -25,6 +25,7 @@ import anyio
 from ._claims import ClaimKey, Claims
 from ._completer import Completer
 from ._job import Connection, Job, Undecodable, decode_claimed
+from ._prefetch import Prefetch
 from ._signal import Flag
 
 if TYPE_CHECKING:
@@ -32,58 +33,6 @@ if TYPE_CHECKING:
     from ._database import Database
 
 logger = logging.getLogger("aioqueue.producer")
-
-
-class Prefetch:
-    """How many jobs to claim ahead of free slots: enough to keep the handlers busy across one
-    claim round trip at the rate jobs are finishing, times a small margin, never more than
-    ``cap`` (0: never claim ahead).
-
-    Short jobs are so claimed in large batches; jobs that take longer than a round trip (a 1-s
-    job against a 1-ms claim) round down to a buffer of 0, so a worker never hoards work that
-    other workers could start now. The rate is an exponentially weighted average of the finished
-    count, quick to rise (a burst of short jobs gets large claims within a few round trips) and
-    slower to fall.
-    """
-
-    MARGIN = 4.0
-    """Buffer this many round trips' worth of work: the estimates are noisy and claims vary."""
-    SAMPLE = 0.01
-    """Shortest span (seconds) of one rate sample."""
-    RISE = 0.02
-    FALL = 0.5
-    """Time constants (seconds) of the rate's average when it rises and when it falls."""
-
-    __slots__ = ("_at", "_finished", "cap", "rate", "round_trip")
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.rate = 0.0
-        """Jobs finished per second (estimate)."""
-        self.round_trip = 0.0
-        """Seconds one claim takes (estimate)."""
-        self._at = time.monotonic()
-        self._finished = 0
-
-    def finished(self, total: int, now: float) -> None:
-        """Jobs finished so far were ``total`` at ``now``: update the rate."""
-        span = now - self._at
-        if span < self.SAMPLE:
-            return
-        sample = (total - self._finished) / span
-        tau = self.RISE if sample > self.rate else self.FALL
-        self.rate += (1.0 - math.exp(-span / tau)) * (sample - self.rate)
-        self._at, self._finished = now, total
-
-    def claimed(self, seconds: float) -> None:
-        """A claim took ``seconds``: update the round trip."""
-        self.round_trip = seconds if not self.round_trip else self.round_trip + 0.2 * (seconds - self.round_trip)
-
-    def target(self) -> int:
-        """Jobs to hold beyond the free slots now."""
-        if not self.cap:
-            return 0
-        return min(self.cap, int(self.rate * self.round_trip * self.MARGIN))
 
 
 class Producer:
@@ -121,6 +70,8 @@ class Producer:
         self.wakeup = Flag()
         self.ready = ready if ready is not None else anyio.Event()
         """Set once the producer has looked for work (and the listener, if any, was started)."""
+        self.caught_up = anyio.Event()
+        """Set once a claim found fewer ready jobs than it asked for (or claiming stopped)."""
         self.statements = 0
         self.claimed = 0
         self.buried = 0
@@ -180,9 +131,11 @@ class Producer:
 
     def capacity(self) -> tuple[int, list[int] | None]:
         """How many jobs to claim now in all, and per queue when the worker caps queues."""
-        cfg = self.config
-        self.prefetch.finished(self.claims.finished_total, time.monotonic())
-        free = min(cfg.concurrency + self.prefetch.target() - self.claims.active, cfg.batch_size or 1)
+        cfg, now = self.config, time.monotonic()
+        self.prefetch.finished(self.claims.finished_total, now)
+        if not self.claims.active:
+            self.prefetch.idle(now)
+        free = min(cfg.concurrency + self.prefetch.target(now) - self.claims.active, cfg.batch_size or 1)
         if self._slots is None:
             return free, None
         per_queue = [
@@ -227,6 +180,9 @@ class Producer:
                 writes = self.completer.writes if self.completer is not None else 0
                 jobs = await self.claim_with_retry(free, per_queue, hand_over)
                 self.ready.set()
+                self.prefetch.handed_over(len(jobs), len(jobs) == free, time.monotonic())
+                if len(jobs) < free:
+                    self.caught_up.set()
                 # After the hand-over, so the handlers need not wait for it. A burst waits for no
                 # due time (jobs due later do not keep it going) unless a limit holds jobs back.
                 due_unknown = self._check_due or not self.config.listen  # no listener tells due times
@@ -250,6 +206,7 @@ class Producer:
                     return
         finally:
             self.ready.set()
+            self.caught_up.set()
 
     async def wait(self) -> None:
         """Wait for a wake-up, the earliest known due time, or the poll tick, whichever is first."""

@@ -13,11 +13,10 @@ completer).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import signal
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Unpack
 
 import anyio
@@ -194,15 +193,17 @@ class Worker:
         )
         try:
             async with anyio.create_task_group() as services:
-                services.start_soon(completer.run)
-                services.start_soon(self.heartbeat.run)
-                services.start_soon(self._after_first_claim, functools.partial(self.maintenance.run, reaped=True))
                 served = {t.name: t.queue for t in self.app.tasks.values() if t.queue in queues}
                 self.registry = WorkerRegistry(
                     db, self.name, queues=queues, concurrency=cfg.concurrency, tasks=served,
                     counts=lambda: dataclasses.asdict(self.stats),
                 )
                 services.start_soon(self.registry.run)
+                # After the registry, which so takes the pool's warm connection: the completer
+                # opens its own and plans its write there while the row is written (warm_up).
+                services.start_soon(completer.run)
+                services.start_soon(self.heartbeat.run)
+                services.start_soon(self._upkeep_once_settled, producer, completer, burst)
                 if cfg.listen and not burst:
                     channels: dict[str, Callable[[str], None]] = {
                         db.channels.jobs: producer.wake,
@@ -240,12 +241,25 @@ class Worker:
             await self._final_flush(completer)
             logger.info("worker %s stopped: %s", self.name, self.stats)
 
-    async def _after_first_claim(self, service: Callable[[], Awaitable[None]]) -> None:
-        """Run ``service`` once the producer has looked for work. Retention at start would
-        otherwise take the pool's one warm connection, and leave the first claim to open a new
-        one (a fresh backend, its caches cold: most of a worker's start-up)."""
+    async def _upkeep_once_settled(self, producer: Producer, completer: Completer, burst: bool) -> None:
+        """Run maintenance: its vacuum checks from the first claim on, and upkeep (retention
+        and pruning; the reaper ran before the first claim) once the producer has caught up
+        with the ready jobs, or ``reap_interval`` after the first claim if it has not by then.
+        At start upkeep would take a connection of its own and compete with the first burst of
+        jobs for the server, and retention can wait that long; an idle worker catches up at its
+        first claim. A burst (``run_until_empty()``) catches up only as it ends: it runs upkeep
+        once it has lasted ``reap_interval``, never while it returns, and never prunes the
+        steps of the jobs it has just finished."""
         await self.ready.wait()
-        await service()
+        await completer.warmed.wait()  # until then the completer's connection is not free for it
+
+        async def settled() -> bool:
+            with anyio.move_on_after(self.config.reap_interval or 1.0) as waited:
+                await (anyio.sleep_forever() if burst else producer.caught_up.wait())
+            return waited.cancelled_caught  # waited the whole interval: the reaper is due again
+
+        assert self.maintenance is not None
+        await self.maintenance.run(reaped=True, settled=settled)
 
     async def _work(self, producer: Producer, executor: Executor, completer: Completer, burst: bool) -> None:
         # Where the handlers' durable steps are stored: the runners, started from here, inherit it.

@@ -3,8 +3,8 @@ one process at each concurrency and in several processes, with each worker setti
 ``CONFIGS``; and the same drain through the other queues asked for with ``--compare``.
 
 ``drain_states`` reuses :func:`aioqueue_drain` to drain in other table states. The reference
-lane (see ``reference.py``) drains the same jobs at the first concurrency, after aioqueue and
-before the other queues.
+lane (see ``reference.py``) drains the same jobs at the first concurrency, alternating with
+aioqueue's defaults for ``PAIRED_ROUNDS`` rounds each, before the other settings and queues.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from common import (
     aioqueue_system,
     child_process,
     competitor_on,
+    fresh_database,
     make_queue,
     migrated,
     preload,
@@ -40,15 +41,25 @@ from . import reference
 TableState = Literal["analyzed", "stale", "dead-head"]
 
 
+#: Rounds of the headline pair (aioqueue's defaults and the reference lane, one after the
+#: other, in turn first) in each repeat: their ratio is the figure a reader takes away, so even
+#: a single ``--quick`` run gives it as a median of alternating drains of the same size.
+PAIRED_ROUNDS = 3
+
+
 def plan(run: Run) -> None:
     """Line up the drains: one process at each concurrency, then several processes."""
     sizes = run.sizes
     for concurrency in sizes.concurrencies:
         metric = f"1 process, concurrency {concurrency}"
+        headline = concurrency == sizes.concurrencies[0]  # the others there only (time)
+        if headline:
+            run.step(f"drain: aioqueue defaults and the reference lane, alternating, {PAIRED_ROUNDS} rounds "
+                     f"({metric})", _paired(run, metric, concurrency))
         for config in CONFIGS:
-            run.step(f"drain: aioqueue {config} {metric}", _in_process(run, metric, concurrency, config))
-        if concurrency == sizes.concurrencies[0]:  # the others at the headline concurrency only (time)
-            run.step(f"drain: reference lane ({metric})", _reference(run, metric))
+            if not (headline and config == "defaults"):
+                run.step(f"drain: aioqueue {config} {metric}", _in_process(run, metric, concurrency, config))
+        if headline:
             for name in run.competitors:
                 run.step(f"drain: {name} concurrency {concurrency}", _competitor(run, name, metric, concurrency))
     metric = f"{sizes.processes} processes, concurrency 10 each"
@@ -76,11 +87,25 @@ def _processes(run: Run, metric: str, config: str) -> Measurement:
     return measure
 
 
-def _reference(run: Run, metric: str) -> Measurement:
+def _paired(run: Run, metric: str, concurrency: int) -> Measurement:
+    """aioqueue's defaults and the reference lane, ``PAIRED_ROUNDS`` times each, alternating
+    which goes first, each drain in a database of its own."""
     n = run.sizes.drain_jobs
 
-    async def measure(dsn: str) -> None:
-        run.results.add_rate("drain", reference.SYSTEM, metric, n, await reference.reference_drain(dsn, n))
+    async def aioqueue_lane() -> None:
+        async with fresh_database(run.admin_dsn) as dsn:
+            seconds = await aioqueue_drain(dsn, n, concurrency, CONFIGS["defaults"], "analyzed")
+        run.results.add_rate("drain", aioqueue_system("defaults"), metric, n, seconds)
+
+    async def reference_lane() -> None:
+        async with fresh_database(run.admin_dsn) as dsn:
+            seconds = await reference.reference_drain(dsn, n)
+        run.results.add_rate("drain", reference.SYSTEM, metric, n, seconds)
+
+    async def measure(_dsn: str) -> None:
+        for r in range(PAIRED_ROUNDS):
+            for lane in (aioqueue_lane, reference_lane) if r % 2 == 0 else (reference_lane, aioqueue_lane):
+                await lane()
 
     return measure
 

@@ -135,6 +135,27 @@ async def test_a_worker_started_after_a_crash_reaps_before_its_first_claim(
     assert sorted(ran) == [1, 2] and stats.succeeded == 2
     assert worker.maintenance is not None and worker.maintenance.reaped == 2
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0
+    # A burst shorter than reap_interval runs no other upkeep: none raced its end.
+    assert worker.maintenance.passes == 0
+
+
+async def test_upkeep_waits_until_the_worker_has_caught_up_with_a_burst(q: aioqueue.Queue) -> None:
+    seen: list[tuple[int, bool]] = []  # per job: upkeep passes done, and whether claiming had caught up
+    worker = q.worker(reap_interval=3600)
+
+    @q.task
+    async def work(n: int) -> None:
+        assert worker.maintenance is not None and worker.producer is not None
+        seen.append((worker.maintenance.passes, worker.producer.caught_up.is_set()))
+
+    await work.enqueue_many([{"n": i} for i in range(2000)])
+    async with running(worker):
+        await eventually(lambda: len(seen) == 2000 and worker.maintenance is not None
+                         and worker.maintenance.passes == 1, timeout=20,
+                         what="every job run, and an upkeep pass once the backlog was drained")
+    # No pass took the server beside the burst while claims still found all they asked for.
+    assert seen[0] == (0, False)
+    assert all(caught_up for passes, caught_up in seen if passes)
 
 
 async def test_lost_lease_interrupts_the_handler(q: aioqueue.Queue, db: asyncpg.Connection) -> None:

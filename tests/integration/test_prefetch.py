@@ -4,6 +4,8 @@ it holds unstarted."""
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import asyncpg
 
@@ -54,6 +56,44 @@ async def _most_held(q: aioqueue.Queue, name: str, prefetch: int, jobs: int) -> 
     with anyio.fail_after(60):
         stats = await worker.run_until_empty()
     return stats.succeeded, max(held)
+
+
+async def test_a_burst_is_claimed_in_large_batches_from_its_second_claim(q: aioqueue.Queue) -> None:
+    held: list[int] = []
+    floors: list[int] = []
+    worker = q.worker()  # the defaults: concurrency 10, an adaptive buffer of at most 1000
+
+    @q.task
+    async def quick(n: int) -> None:
+        held.append(worker.active)
+        assert worker.producer is not None
+        floors.append(worker.producer.prefetch.floor(time.monotonic()))
+
+    await quick.enqueue_many([{"n": i} for i in range(3000)])
+    with anyio.fail_after(60):
+        assert (await worker.run_until_empty()).succeeded == 3000
+    assert max(held[:10]) <= 10  # the first claim: the free slots alone, nothing known yet
+    # Its jobs were all done within a round trip and more were ready: the second claim took
+    # four times as many, whatever the rate measured so far, and the buffer reached its cap
+    # within a few claims.
+    assert max(floors[10:60]) > 30 and max(held[10:60]) >= 40  # (the floor fades as it is read)
+    assert max(held) > 500
+    assert max(held) <= 10 + 1000
+
+
+async def test_jobs_longer_than_a_claim_are_never_claimed_ahead(q: aioqueue.Queue) -> None:
+    held: list[int] = []
+    worker = q.worker(concurrency=2)
+
+    @q.task
+    async def slow(n: int) -> None:
+        held.append(worker.active)
+        await anyio.sleep(1.0)  # the job's own work: two at a time, finishing together
+
+    await slow.enqueue_many([{"n": i} for i in range(6)])
+    with anyio.fail_after(60):
+        assert (await worker.run_until_empty()).succeeded == 6
+    assert max(held) <= 2  # every claim took the free slots alone: nothing held back unstarted
 
 
 async def test_stopping_worker_hands_back_unstarted_jobs_at_once(q: aioqueue.Queue, db: asyncpg.Connection) -> None:

@@ -1,9 +1,9 @@
-"""Adaptive prefetch's arithmetic (``aioqueue._producer.Prefetch``), with no worker and no
+"""Adaptive prefetch's arithmetic (``aioqueue._prefetch.Prefetch``), with no worker and no
 database: the buffer follows the finishing rate times the claim round trip, within the cap."""
 
 from __future__ import annotations
 
-from aioqueue._producer import Prefetch
+from aioqueue._prefetch import Prefetch
 
 
 def test_buffer_follows_rate_times_round_trip_within_the_cap() -> None:
@@ -48,3 +48,55 @@ def test_the_round_trip_is_a_running_average_of_claims() -> None:
     assert pace.round_trip == 0.010  # the first claim sets it
     pace.claimed(0.020)
     assert abs(pace.round_trip - 0.012) < 1e-12  # later ones move it a fifth of the way
+
+
+def test_a_burst_of_quick_jobs_grows_the_buffer_fourfold_per_claim_up_to_the_cap() -> None:
+    pace = Prefetch(cap=1000)
+    pace.claimed(0.002)
+    now, claim, claims = 100.0, 10, []
+    while claim < 1000 + 10:
+        pace.handed_over(claim, True, now)
+        now += 0.001  # every job of it done within the round trip, and more are ready
+        pace.idle(now)
+        claims.append(claim)
+        claim = 10 + pace.target(now)
+    assert claims == [10, 50, 210, 850]  # each claim MARGIN times the one before, plus the slots
+    assert pace.target(now) == 1000
+
+
+def test_jobs_slower_than_a_round_trip_never_grow_it() -> None:
+    pace = Prefetch(cap=1000)
+    pace.claimed(0.002)
+    pace.handed_over(10, True, 100.0)
+    pace.idle(100.0 + 0.3)  # all done together, but 0.3 s after their claim: long jobs
+    assert pace.target(100.3) == 0
+    pace.handed_over(10, True, 101.0)
+    pace.idle(101.0 + 0.002 * 1.5)  # a round trip and a half
+    assert pace.target(101.1) == 0
+
+
+def test_only_a_full_claim_whose_jobs_are_all_done_grows_it_once() -> None:
+    pace = Prefetch(cap=1000)
+    pace.claimed(0.002)
+    pace.idle(100.0)  # no claim yet
+    assert pace.target(100.0) == 0
+    pace.handed_over(5, False, 100.0)  # found fewer than it asked for: nothing more is ready
+    pace.idle(100.001)
+    assert pace.target(100.001) == 0
+    pace.handed_over(10, True, 100.002)
+    pace.idle(100.003)
+    assert pace.target(100.003) == 40
+    pace.idle(100.003)  # the same claim counts once
+    assert pace.target(100.003) == 40
+
+
+def test_the_floor_fades_and_a_short_claim_drops_it() -> None:
+    pace = Prefetch(cap=1000)
+    pace.claimed(0.002)
+    pace.handed_over(100, True, 100.0)
+    pace.idle(100.001)
+    assert pace.target(100.001) == 400
+    assert 400 / 2.72 - 2 <= pace.target(100.001 + Prefetch.FALL) <= 400 / 2.71 + 1  # fades as the rate falls
+    pace.handed_over(3, False, 100.002)  # the burst is over
+    assert pace.target(100.002) == 0
+    assert Prefetch(cap=0).target(0.0) == 0

@@ -1,0 +1,105 @@
+"""How many jobs a worker claims ahead of its free slots: the adaptive prefetch buffer.
+
+The producer asks :class:`Prefetch` for the buffer before each claim and tells it what it sees:
+jobs finished (the rate), claims made (the round trip) and handed over (full or not), and the
+moments no handler runs. It never talks to the
+database and never claims anything itself.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+
+class Prefetch:
+    """How many jobs to claim ahead of free slots: enough to keep the handlers busy across one
+    claim round trip at the rate jobs are finishing, times a small margin, never more than
+    ``cap`` (0: never claim ahead).
+
+    Short jobs are so claimed in large batches; jobs that take longer than a round trip (a 1-s
+    job against a 1-ms claim) round down to a buffer of 0, so a worker never hoards work that
+    other workers could start now. The rate is an exponentially weighted average of the finished
+    count, quick to rise and slower to fall.
+
+    While the buffer is too small the rate understates what the handlers could do: they finish
+    a claim's jobs and then wait for the next claim, so the rate is the claims', not theirs. A
+    burst would then be claimed in small batches for its first tens of milliseconds. So the
+    buffer also starts small and grows fast, as TCP's window does: when every job of a claim
+    that got all it asked for (so more are ready) is finished within a round trip of its
+    hand-over, and the handlers wait for the next claim, that claim may take ``MARGIN`` times
+    as many. That floor fades with the rate's falling time constant unless the handlers
+    run dry again, and is dropped once a claim finds fewer jobs than it asked for. A job still
+    running, or jobs that took longer than that, keep it from growing: long jobs never fill a
+    buffer.
+    """
+
+    MARGIN = 4.0
+    """Buffer this many round trips' worth of work: the estimates are noisy and claims vary.
+    Also the factor by which the buffer grows while the handlers run dry."""
+    SAMPLE = 0.01
+    """Shortest span (seconds) of one rate sample."""
+    RISE = 0.02
+    FALL = 0.5
+    """Time constants (seconds) of the rate's average when it rises and when it falls (and of
+    the fading of the floor)."""
+
+    __slots__ = ("_at", "_finished", "_floor", "_floor_at", "_full", "cap", "rate", "round_trip")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.rate = 0.0
+        """Jobs finished per second (estimate)."""
+        self.round_trip = 0.0
+        """Seconds one claim takes (estimate)."""
+        self._at = time.monotonic()
+        self._finished = 0
+        self._floor = 0
+        self._floor_at = self._at
+        self._full: tuple[int, float] | None = None  # the last claim's size and hand-over, if full
+
+    def finished(self, total: int, now: float) -> None:
+        """Jobs finished so far were ``total`` at ``now``: update the rate."""
+        span = now - self._at
+        if span < self.SAMPLE:
+            return
+        sample = (total - self._finished) / span
+        tau = self.RISE if sample > self.rate else self.FALL
+        self.rate += (1.0 - math.exp(-span / tau)) * (sample - self.rate)
+        self._at, self._finished = now, total
+
+    def claimed(self, seconds: float) -> None:
+        """A claim took ``seconds``: update the round trip."""
+        self.round_trip = seconds if not self.round_trip else self.round_trip + 0.2 * (seconds - self.round_trip)
+
+    def handed_over(self, jobs: int, full: bool, now: float) -> None:
+        """A claim handed ``jobs`` to the runners at ``now``; ``full``: all it asked for (more
+        may be ready). One that found fewer ends the burst: the floor is dropped."""
+        self._full = (jobs, now) if full else None
+        if not full:
+            self._floor = 0
+
+    def idle(self, now: float) -> None:
+        """No handler is running at ``now``. If every job of the last claim, a full one, was
+        done within a round trip of its hand-over (jobs quicker than a claim, with more
+        ready), let the next claim take ``MARGIN`` times as many."""
+        if self._full is None:
+            return
+        jobs, at = self._full
+        self._full = None
+        if now - at <= self.round_trip:
+            self._floor = min(self.cap, max(self.floor(now), int(jobs * self.MARGIN)))
+            self._floor_at = now
+
+    def floor(self, now: float) -> int:
+        """The buffer the handlers running dry asked for, faded since."""
+        if not self._floor:
+            return 0
+        return int(self._floor * math.exp(-max(0.0, now - self._floor_at) / self.FALL))
+
+    def target(self, now: float | None = None) -> int:
+        """Jobs to hold beyond the free slots now."""
+        if not self.cap:
+            return 0
+        by_rate = int(self.rate * self.round_trip * self.MARGIN)
+        return min(self.cap, max(by_rate, self.floor(time.monotonic() if now is None else now)))
