@@ -264,7 +264,9 @@ class Admin:
         jobs that were pending or running (the others are left out)."""
         selected = check_job_ids(ids)
         async with self.db.connection() as conn:
-            rows = await conn.fetch(self.db.queries.cancel_jobs, selected, self.db.channels.cancel)
+            rows = await conn.fetch(
+                self.db.queries.cancel_jobs, selected, self.db.channels.cancel, self.db.channels.done
+            )
         return {int(r["id"]): str(r["outcome"]) for r in rows}
 
     async def delete_jobs(self, ids: Iterable[int]) -> list[int]:

@@ -1108,7 +1108,8 @@ LIMIT 1;
 
 -- name: cancel_jobs
 -- cancel for many jobs $1: pending ones are archived as cancelled at once, running ones are
--- flagged and their workers told on channel $2. Returns each job touched and what happened.
+-- flagged and their workers told on channel $2; whoever waits for the result of a job cancelled
+-- here is woken on channel $3, as by cancel. Returns each job touched and what happened.
 WITH finished AS (
     DELETE FROM {schema}.jobs AS j
     WHERE j.id = ANY($1::bigint[]) AND j.status IN ('pending', 'waiting')
@@ -1123,6 +1124,8 @@ flagged AS (
 ),
 notified AS (
     SELECT pg_notify($2, f.id::text) FROM flagged AS f
+    UNION ALL
+    SELECT pg_notify($3, '') WHERE EXISTS (SELECT FROM archived)
 )
 SELECT a.id, 'cancelled' AS outcome FROM archived AS a
 UNION ALL

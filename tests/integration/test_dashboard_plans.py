@@ -172,7 +172,7 @@ async def test_dashboard_page_queries_read_indexes_and_bounded_rows(
     ids = [facts["top"] - i for i in range(1000)]
     for what, sql, params in [
         ("retry a batch", Q.retry_dead, (ids, None)),
-        ("cancel a batch", Q.cancel_jobs, (ids, "c")),
+        ("cancel a batch", Q.cancel_jobs, (ids, "c", "d")),
         ("delete a batch", Q.delete_jobs, (ids,)),
     ]:
         plan = await explain(db, sql, *params, analyze=True)  # rolled back

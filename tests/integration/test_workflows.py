@@ -197,6 +197,31 @@ async def test_cancelling_a_workflow_from_one_branch_cancels_the_whole_diamond(q
     assert [n["status"] for n in await q.workflow(refs["right"])] == ["cancelled"] * 4
 
 
+async def test_a_result_waiter_wakes_when_its_workflow_is_cancelled(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    @q.task(archive=True)
+    async def step() -> None:
+        pass
+
+    refs = await chain(step.s(), step.s()).enqueue()
+    outcome: list[str] = []
+
+    async def wait() -> None:
+        try:  # a poll of a minute cannot explain a quick wake: the NOTIFY of the cancel must
+            await q.wait_result(refs[1], timeout=10, poll_interval=60)
+        except aioqueue.JobCancelled as exc:
+            outcome.append(str(exc))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait)
+        await eventually(
+            lambda: db.fetchval("SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query LIKE 'LISTEN%'"),
+            what="the waiter listening",
+        )
+        assert await q.cancel_workflow(refs[0]) == dict.fromkeys(refs, "cancelled")
+    assert outcome == [f"job {refs[1]} was cancelled"]
+
+
 async def test_refusals_name_what_was_wrong_and_write_nothing(
     q: aioqueue.Queue, db: asyncpg.Connection, other_dsn: str
 ) -> None:
