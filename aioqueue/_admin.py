@@ -123,7 +123,8 @@ class Admin:
         return [dict(r) for r in rows]
 
     async def queue_settings(self) -> list[dict[str, Any]]:
-        """Every queue with settings: name, paused, concurrency_limit, rate_limit, rate_period."""
+        """Every queue with settings: name, paused, concurrency_limit, rate_limit, rate_period,
+        fair, key_concurrency_limit, key_rate_limit, key_rate_period."""
         async with self.db.connection() as conn:
             rows = await conn.fetch(self.db.queries.queue_settings)
         return [dict(r) for r in rows]

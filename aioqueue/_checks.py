@@ -147,14 +147,14 @@ def check_limit(name: str, value: object, low: int, high: int) -> int:
     return check_int(name, value, low, high)
 
 
-def check_rate(value: object) -> tuple[int, float]:
+def check_rate(value: object, kind: str = "rate") -> tuple[int, float]:
     """Return ``value`` as ``(count, seconds)``: at most ``count`` jobs started per ``seconds``."""
     if isinstance(value, str | bytes) or not isinstance(value, Sequence) or len(value) != 2:
         raise ConfigurationError(
-            f"rate must be a pair (count, seconds), such as (10, 1.0) for 10 jobs a second; got {value!r}"
+            f"{kind} must be a pair (count, seconds), such as (10, 1.0) for 10 jobs a second; got {value!r}"
         )
-    count = check_int("rate count", value[0], 0, 100_000)
-    return count, check_seconds("rate period", value[1], allow_zero=False)
+    count = check_int(f"{kind} count", value[0], 0, 100_000)
+    return count, check_seconds(f"{kind} period", value[1], allow_zero=False)
 
 
 def check_queue_names(value: object) -> list[str]:

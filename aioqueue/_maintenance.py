@@ -1,6 +1,7 @@
 """Periodic upkeep every worker runs: the reaper, archive retention, pruning of the
-throughput counters that ``status`` reads and of the durable steps of jobs that are gone, and
-VACUUM of the queue's tables once their dead rows pass a threshold.
+throughput counters that ``status`` reads, of the durable steps of jobs that are gone and of
+the job starts that per-key rate windows no longer hold, and VACUUM of the queue's tables once
+their dead rows pass a threshold.
 
 The reaper returns running jobs whose lease expired (their worker crashed, hung or lost its
 connection) to pending, or to dead when their attempts are spent. Retention drops the
@@ -125,10 +126,20 @@ class Maintenance:
         if time.monotonic() - self._steps_pruned_at < self.steps_interval:
             return 0
         self._steps_pruned_at = time.monotonic()
+        return await self._delete_until_none(self.db.queries.prune_steps)
+
+    async def prune_key_starts(self) -> int:
+        """Delete the recorded starts that no per-key rate window holds any more, a bounded
+        batch per statement; return how many."""
+        return await self._delete_until_none(self.db.queries.prune_key_starts)
+
+    async def _delete_until_none(self, statement: str) -> int:
+        """Run the deleting ``statement`` (its one parameter: a batch) until it deletes nothing;
+        return how many rows it deleted."""
         total = 0
         while True:
             async with self.db.connection() as conn:
-                status = await conn.execute(self.db.queries.prune_steps, self.prune_batch)
+                status = await conn.execute(statement, self.prune_batch)
             deleted = int(status.split()[-1])
             total += deleted
             if deleted == 0:
@@ -195,7 +206,8 @@ class Maintenance:
 
     async def _run_upkeep(self, reaped: bool) -> None:
         while True:
-            for step in (self.reap, self.prune, self.prune_steps, self.prune_stats, self.release_stranded):
+            for step in (self.reap, self.prune, self.prune_steps, self.prune_key_starts, self.prune_stats,
+                         self.release_stranded):
                 if reaped and step == self.reap:
                     reaped = False
                     continue

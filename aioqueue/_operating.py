@@ -56,13 +56,20 @@ class Operations:
         pick up a change within a second or their poll interval."""
         await self.admin.set_limits(queue, concurrency=concurrency, rate=rate)
 
-    async def set_key_limits(self, queue: str, *, concurrency: int | None = None, fair: bool = False) -> None:
-        """Hold each partition key of ``queue`` to at most ``concurrency`` running jobs across
-        every worker (None: no per-key limit), and claim its keys in turn (round robin) rather
-        than first in, first out; a per-key limit implies ``fair``. ``concurrency=None,
-        fair=False`` clears both. Workers pick up a change within a second or their poll
-        interval."""
-        await keys.set_key_limits(self.admin.db, queue, concurrency=concurrency, fair=fair)
+    async def set_key_limits(
+        self,
+        queue: str,
+        *,
+        concurrency: int | None = None,
+        rate: tuple[int, float] | None = None,
+        fair: bool = False,
+    ) -> None:
+        """Hold each partition key of ``queue`` to at most ``concurrency`` running jobs and at
+        most ``rate[0]`` jobs started per ``rate[1]`` seconds, across every worker (None: no
+        such limit), and claim its keys in turn (round robin) rather than first in, first out;
+        a per-key limit implies ``fair``. Every call sets all three: ``set_key_limits(queue)``
+        clears them. Workers pick up a change within a second or their poll interval."""
+        await keys.set_key_limits(self.admin.db, queue, concurrency=concurrency, rate=rate, fair=fair)
 
     async def busiest_keys(self, queue: str, *, limit: int = 10, bound: int = 1000) -> list[dict[str, Any]]:
         """The busiest partition keys of ``queue``, most running and pending jobs first, at most
@@ -75,7 +82,7 @@ class Operations:
 
     async def queue_settings(self) -> list[dict[str, Any]]:
         """Every queue with settings: name, paused, concurrency_limit, rate_limit, rate_period,
-        fair, key_concurrency_limit."""
+        fair, key_concurrency_limit, key_rate_limit, key_rate_period."""
         return await self.admin.queue_settings()
 
     async def cancel(self, job_id: int) -> str:

@@ -78,6 +78,7 @@ class Queries:
     purge_dead: str
     queue_status: str
     prune_queue_stats: str
+    prune_key_starts: str
     register_worker: str
     unregister_worker: str
     list_workers: str

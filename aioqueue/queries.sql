@@ -167,11 +167,11 @@ LEAST(CASE $4::timestamptz WHEN '-infinity' THEN '0001-01-01 00:00:00+00'
 -- commit mode, see commit_mode). A queue's row in `queues` may pause it or cap it: at most
 -- concurrency_limit running and rate_limit claimed per rate_period, across all workers (the
 -- caller locks those queues' rows first, in the same transaction, see lock_queues). A queue
--- that is fair or has a per-key limit is claimed by claim_keyed (migrations 0018, 0020 and
--- 0022), first, and the others by claim_jobs with the room left.
+-- that is fair or has a per-key limit (of concurrency or rate) is claimed by claim_keyed
+-- (migrations 0018, 0020, 0022 and 0024), first, and the others by claim_jobs with the room left.
 WITH settings AS MATERIALIZED (
     SELECT s.name, s.paused, s.concurrency_limit, s.rate_limit, s.rate_period, s.recent_starts,
-           s.fair OR s.key_concurrency_limit IS NOT NULL AS keyed
+           s.fair OR s.key_concurrency_limit IS NOT NULL OR s.key_rate_limit IS NOT NULL AS keyed
     FROM {schema}.queues AS s
     WHERE s.name = ANY($1::text[])
 ),
@@ -227,7 +227,12 @@ SELECT c.* FROM {schema}.claim_jobs($1::text[], $2::int[], $3::text, $4::float8,
 -- When the producer should look again without being told, in seconds from now (NULL: no
 -- reason before its poll): the earliest pending job of the queues $1 that was not due when its
 -- last claim ran, $2 seconds ago (negative: due meanwhile, so look at once), and,
--- for their rate-limited queues with ready jobs, when the oldest claim leaves the full window.
+-- for their rate-limited queues with ready jobs, when the oldest claim leaves the full window,
+-- and for their key-rate limited queues, when the key the last keyed claim held back for its
+-- rate gets room (set by claim_keyed; one set since our last claim and passed: look at once).
+-- A key-rate wake-up counts from a quarter second before our last claim: this statement may
+-- start later after `since` was measured than the claim did after its start, and a wake-up set
+-- by our own claim must not be taken for an old one (an old one costs a claim or two at most).
 WITH due AS (
     SELECT min(c.run_at) AS at
     FROM unnest($1::text[]) AS w(queue)
@@ -246,8 +251,15 @@ rate AS (
         WHERE t.at > {schema}.now() - make_interval(secs => s.rate_period)
     ) AS w
     WHERE s.name = ANY($1::text[]) AND NOT s.paused AND s.rate_limit IS NOT NULL AND w.n >= s.rate_limit
+),
+key_rate AS (
+    SELECT min(s.key_rate_wake) AS at
+    FROM {schema}.queues AS s
+    WHERE s.name = ANY($1::text[]) AND NOT s.paused AND s.key_rate_limit IS NOT NULL
+      AND s.key_rate_wake > {schema}.now() - make_interval(secs => $2 + 0.25)
 )
-SELECT extract(epoch FROM least((SELECT at FROM due), (SELECT at FROM rate)) - {schema}.now())::float8;
+SELECT extract(epoch FROM least((SELECT at FROM due), (SELECT at FROM rate), (SELECT at FROM key_rate))
+               - {schema}.now())::float8;
 
 -- name: ready_jobs
 -- Whether any job of the queues $1 is ready now (pending, due, its queue not paused): what
@@ -281,8 +293,8 @@ WHERE s.name = ANY($1::text[]) AND {limited};
 
 -- fragment: limited
 -- A queue row `s` claimed by `claim` rather than claim_unlimited: one with a global limit, or
--- fair, or with a per-key limit.
-({globally_limited} OR s.fair OR s.key_concurrency_limit IS NOT NULL)
+-- fair, or with a per-key limit (of concurrency or rate).
+({globally_limited} OR s.fair OR s.key_concurrency_limit IS NOT NULL OR s.key_rate_limit IS NOT NULL)
 
 -- name: set_paused
 -- Pause or resume a queue; resuming wakes its workers.
@@ -306,17 +318,22 @@ RETURNING s.name;
 
 -- name: queue_settings
 -- Every queue that has settings.
-SELECT s.name, s.paused, s.concurrency_limit, s.rate_limit, s.rate_period, s.fair, s.key_concurrency_limit
+SELECT s.name, s.paused, s.concurrency_limit, s.rate_limit, s.rate_period, s.fair, s.key_concurrency_limit,
+       s.key_rate_limit, s.key_rate_period
 FROM {schema}.queues AS s
 ORDER BY s.name;
 
 -- name: set_key_limits
--- Set a queue's per-key settings: whether its claims take keys in turn ($2) and its per-key
--- concurrency limit ($3, NULL: none); wakes its workers ($4), since a raised limit frees slots.
+-- Set a queue's per-key settings: whether its claims take keys in turn ($2), its per-key
+-- concurrency limit ($3, NULL: none) and rate limit ($5 starts per $6 seconds, NULL: none);
+-- wakes its workers ($4), since a raised limit frees slots.
 WITH upserted AS (
-    INSERT INTO {schema}.queues AS s (name, fair, key_concurrency_limit) VALUES ($1, $2, $3)
+    INSERT INTO {schema}.queues AS s (name, fair, key_concurrency_limit, key_rate_limit, key_rate_period)
+    VALUES ($1, $2, $3, $5, $6)
     ON CONFLICT (name) DO UPDATE
-    SET fair = EXCLUDED.fair, key_concurrency_limit = EXCLUDED.key_concurrency_limit, updated_at = {schema}.now()
+    SET fair = EXCLUDED.fair, key_concurrency_limit = EXCLUDED.key_concurrency_limit,
+        key_rate_limit = EXCLUDED.key_rate_limit, key_rate_period = EXCLUDED.key_rate_period,
+        key_rate_wake = NULL, updated_at = {schema}.now()
     RETURNING s.name
 )
 SELECT u.name, pg_notify($4, u.name)::text AS notified FROM upserted AS u;
@@ -806,6 +823,19 @@ SELECT queue,
        round(coalesce(done.completed, 0))::bigint AS completed_last_minute
 FROM live FULL JOIN done USING (queue)
 ORDER BY queue;
+
+-- name: prune_key_starts
+-- Maintenance: delete up to $1 rows of key_starts (migration 0024) that no claim counts any
+-- more: starts that left their queue's key-rate window, and every start of a queue without a
+-- key rate now. Oldest first, from the index on started_at.
+DELETE FROM {schema}.key_starts AS k
+WHERE k.ctid = ANY (ARRAY(
+    SELECT r.ctid
+    FROM {schema}.key_starts AS r
+    LEFT JOIN {schema}.queues AS s ON s.name = r.queue
+    WHERE r.started_at <= coalesce({schema}.now() - make_interval(secs => s.key_rate_period), 'infinity')
+    ORDER BY r.started_at
+    LIMIT $1));
 
 -- name: prune_queue_stats
 -- Maintenance: drop throughput counters older than $1 seconds.

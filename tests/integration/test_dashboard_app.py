@@ -227,14 +227,14 @@ async def test_actions_need_csrf_confirm_destructive_ones_go_through_admin_and_a
         assert offsite.headers["location"].startswith("/?notice=")  # never redirected off the app
         assert await q.queue_settings() == [
             {"name": "mail", "paused": True, "concurrency_limit": None, "rate_limit": None, "rate_period": None,
-             "fair": False, "key_concurrency_limit": None}]
+             "fair": False, "key_concurrency_limit": None, "key_rate_limit": None, "key_rate_period": None}]
         await client.post("/actions/queues", data={
             "action": "limits", "queue": "mail", "csrf": token, "concurrency": "3", "rate_count": "10",
             "rate_period": "2"})
         await client.post("/actions/queues", data={"action": "resume", "queue": "mail", "csrf": token})
         assert await q.queue_settings() == [
             {"name": "mail", "paused": False, "concurrency_limit": 3, "rate_limit": 10, "rate_period": 2.0,
-             "fair": False, "key_concurrency_limit": None}]
+             "fair": False, "key_concurrency_limit": None, "key_rate_limit": None, "key_rate_period": None}]
         bad = await client.post("/actions/queues", data={
             "action": "limits", "queue": "mail", "csrf": token, "concurrency": "-1"})
         assert "refused" in bad.headers["location"]
