@@ -47,6 +47,17 @@ def seconds_arg(text: str) -> float:
     return value
 
 
+def rate_arg(text: str) -> tuple[int, float]:
+    """An argparse type: a rate written ``COUNT/SECONDS`` (the values are checked by the call)."""
+    count, slash, seconds = text.partition("/")
+    try:
+        if not slash:
+            raise ValueError(text)
+        return int(count), float(seconds)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"write a rate as COUNT/SECONDS, such as 10/60, got {text!r}") from None
+
+
 def port(text: str) -> int:
     """An argparse type: a TCP port."""
     value = int(text)

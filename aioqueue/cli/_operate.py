@@ -1,6 +1,7 @@
-"""The operator commands: ``migrate`` (or print its SQL), ``status`` (every queue's backlog and
-the live workers) and ``dead list|retry|purge``, thin shells over the operator calls
-(:class:`~aioqueue._admin.Admin`) that print tables or JSON."""
+"""The operator commands: ``migrate`` (or print its SQL), ``status`` (every queue's backlog, its
+settings and the live workers), ``dead list|retry|purge`` and ``key-limits`` (a queue's per-key
+settings), thin shells over the operator calls (:class:`~aioqueue._admin.Admin`) that print
+tables or JSON."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from typing import Any
 from .. import _migrate as migrations
 from .._format import format_age
 from .._job import JobInfo
-from ._common import EXIT_ERROR, EXIT_OK, UsageError, admin_queue, job_id, positive_int
+from ._common import EXIT_ERROR, EXIT_OK, UsageError, admin_queue, job_id, positive_int, rate_arg
 
 
 def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``migrate``, ``status`` and ``dead`` to the command line's subcommands."""
+    """Add ``migrate``, ``status``, ``dead`` and ``key-limits`` to the command line's subcommands."""
     migrate = commands.add_parser(
         "migrate", parents=[common], help="create or upgrade the aioqueue schema",
         description="Create or upgrade the aioqueue schema; safe to run from several places at once.",
@@ -47,10 +48,24 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         p.add_argument("--all", action="store_true", help="every dead job (of --queue, if given)")
         p.add_argument("--queue", default=None, help="the dead jobs of this queue")
 
+    keys = commands.add_parser(
+        "key-limits", parents=[common], help="show or set a queue's per-key limits",
+        description="Show a queue's per-key settings, or set them, as Queue.set_key_limits does: at most N "
+        "running jobs (--concurrency) and COUNT starts in any SECONDS (--rate) per partition key, keys "
+        "claimed in turn (--fair, implied by a limit). Setting sets all three: one left out is cleared.",
+    )
+    keys.add_argument("queue", help="the queue's name")
+    keys.add_argument("--concurrency", type=int, default=None, metavar="N", help="at most N running jobs per key")
+    keys.add_argument("--rate", type=rate_arg, default=None, metavar="COUNT/SECONDS",
+                      help="at most COUNT jobs per key started in any SECONDS, such as 10/60")
+    keys.add_argument("--fair", action="store_true", help="claim keys in turn, even without a per-key limit")
+    keys.add_argument("--clear", action="store_true", help="clear every per-key setting of the queue")
+    keys.add_argument("--json", action="store_true", help="print the settings as JSON")
+
 
 async def run(args: argparse.Namespace) -> int:
     """Run the operator command ``args`` names."""
-    command = {"migrate": _migrate, "status": _status, "dead": _dead}[args.command]
+    command = {"migrate": _migrate, "status": _status, "dead": _dead, "key-limits": _key_limits}[args.command]
     return await command(args)
 
 
@@ -107,6 +122,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: s
 async def _status(args: argparse.Namespace) -> int:
     async with admin_queue(args) as queue:
         rows = await queue.status()
+        settings = await queue.queue_settings()
         workers = await queue.admin.list_workers()
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -119,8 +135,35 @@ async def _status(args: argparse.Namespace) -> int:
             for r in rows
         ]
         print(format_table([title for _, title in _STATUS_COLUMNS], cells, "lrrrrrrr"))
+    if settings:
+        print(_settings_table(settings))
     print(_workers_table(workers) if workers else "no live workers")
     return EXIT_OK
+
+
+def _rate_text(count: int | None, seconds: float | None) -> str:
+    return "-" if count is None or seconds is None else f"{count}/{seconds:g}s"
+
+
+def _settings_table(settings: Sequence[dict[str, Any]]) -> str:
+    """The queues with settings: pause, global limits, per-key limits, keys in turn."""
+    rows = [
+        [s["name"], "yes" if s["paused"] else "no",
+         "-" if s["concurrency_limit"] is None else str(s["concurrency_limit"]),
+         _rate_text(s["rate_limit"], s["rate_period"]),
+         "-" if s["key_concurrency_limit"] is None else str(s["key_concurrency_limit"]),
+         _rate_text(s["key_rate_limit"], s["key_rate_period"]),
+         "yes" if _in_turn(s) else "no"]
+        for s in settings
+    ]
+    return format_table(["QUEUE", "PAUSED", "CONCURRENCY", "RATE", "KEY CONCURRENCY", "KEY RATE", "KEYS IN TURN"],
+                        rows, "llrrrrl")
+
+
+def _in_turn(settings: dict[str, Any]) -> bool:
+    """Whether a queue's claims take keys in turn: it is fair, or has a per-key limit."""
+    limited = settings["key_concurrency_limit"] is not None or settings["key_rate_limit"] is not None
+    return bool(settings["fair"]) or limited
 
 
 def _workers_table(workers: Sequence[dict[str, Any]]) -> str:
@@ -174,4 +217,34 @@ async def _dead(args: argparse.Namespace) -> int:
         print(f"aioqueue: error: no dead job with id {', '.join(map(str, missing))}: it does not exist "
               "or is not dead (see `aioqueue dead list`)", file=sys.stderr)
         return EXIT_ERROR
+    return EXIT_OK
+
+
+# -- key-limits ---------------------------------------------------------------------------------
+
+_KEY_SETTINGS = ("key_concurrency_limit", "key_rate_limit", "key_rate_period", "fair")
+
+
+async def _key_limits(args: argparse.Namespace) -> int:
+    sets = args.fair or args.concurrency is not None or args.rate is not None
+    if args.clear and sets:
+        raise UsageError("key-limits: --clear clears every per-key setting; give it alone")
+    async with admin_queue(args) as queue:
+        if sets or args.clear:
+            await queue.set_key_limits(args.queue, concurrency=args.concurrency, rate=args.rate, fair=args.fair)
+        found = [s for s in await queue.queue_settings() if s["name"] == args.queue]
+    settings = {key: found[0][key] if found else None for key in _KEY_SETTINGS}
+    settings["fair"] = bool(settings["fair"])
+    if args.json:
+        print(json.dumps({"queue": args.queue, **settings, "keys_in_turn": _in_turn(settings)}))
+        return EXIT_OK
+    if not _in_turn(settings):
+        print(f"queue {args.queue!r}: no per-key settings (first in, first out)")
+        return EXIT_OK
+    limits = []
+    if settings["key_concurrency_limit"] is not None:
+        limits.append(f"at most {settings['key_concurrency_limit']} running")
+    if settings["key_rate_limit"] is not None:
+        limits.append(f"at most {settings['key_rate_limit']} started in any {settings['key_rate_period']:g}s")
+    print(f"queue {args.queue!r}: keys in turn" + (f"; per key {' and '.join(limits)}" if limits else ""))
     return EXIT_OK

@@ -20,6 +20,7 @@ import pytest
 import aioqueue
 from aioqueue._maintenance import Maintenance
 from aioqueue.testing import Clock
+from tests.support.cli_tools import aioqueue_cli
 from tests.support.helpers import eventually, running
 
 SECOND = datetime.timedelta(seconds=1)
@@ -202,3 +203,39 @@ async def test_bad_key_rates_are_refused_and_nothing_is_written(
     await q.set_key_limits("api", rate=(5, 1))  # the control: an int period is seconds too
     assert [(s["key_rate_limit"], s["key_rate_period"]) for s in await q.queue_settings()] == [(5, 1.0)]
 
+
+async def test_the_command_sets_shows_and_refuses_key_limits(q: aioqueue.Queue, dsn: str) -> None:
+    status, out, err = await aioqueue_cli("key-limits", "sync", "--concurrency", "1", "--rate", "2/0.5", dsn=dsn)
+    assert status == 0, err
+    assert out.strip() == "queue 'sync': keys in turn; per key at most 1 running and at most 2 started in any 0.5s"
+    [settings] = await q.queue_settings()
+    assert _key_limits(settings) == (1, 2, 0.5)
+    status, out, err = await aioqueue_cli("key-limits", "sync", "--json", dsn=dsn)
+    assert status == 0, err
+    assert json.loads(out) == {"queue": "sync", "key_concurrency_limit": 1, "key_rate_limit": 2,
+                               "key_rate_period": 0.5, "fair": False, "keys_in_turn": True}
+    status, out, err = await aioqueue_cli("status", dsn=dsn)
+    assert status == 0, err
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("QUEUE  PAUSED"))
+    assert lines[header].split("  ")[-1].strip() == "KEYS IN TURN"
+    assert lines[header + 1].split() == ["sync", "no", "-", "-", "1", "2/0.5s", "yes"]
+    for bad, message in [
+        (["--rate", "2/0"], "per-key rate period"),
+        (["--rate", "2/nan"], "per-key rate period"),
+        (["--rate=-1/1"], "per-key rate count must be an int from 0 to 100000"),
+        (["--rate", "1000000/1"], "per-key rate count must be an int from 0 to 100000"),
+        (["--rate", "two"], "write a rate as COUNT/SECONDS"),
+        (["--concurrency", "-1"], "per-key concurrency must be"),
+        (["--clear", "--fair"], "give it alone"),
+    ]:
+        status, _out, err = await aioqueue_cli("key-limits", "sync", *bad, dsn=dsn)
+        assert status == 2, (bad, status, err)
+        assert message in err and "Traceback" not in err, (bad, err)
+    [settings] = await q.queue_settings()
+    assert _key_limits(settings) == (1, 2, 0.5)  # nothing written
+    status, out, err = await aioqueue_cli("key-limits", "sync", "--clear", dsn=dsn)
+    assert status == 0, err
+    assert out.strip() == "queue 'sync': no per-key settings (first in, first out)"
+    [settings] = await q.queue_settings()
+    assert _key_limits(settings) == (None, None, None) and not settings["fair"]
