@@ -99,6 +99,11 @@ def links_of(task: str, after: object, group: object, db: Database | None) -> Li
                 f"task {task!r}: after= takes a list of job ids or a mapping of names to job ids, got {after!r}"
             )
         deps = [value if isinstance(value, Dependency) else Dependency(value) for value in after]
+    for dep in deps:
+        if dep.name is not None and (not isinstance(dep.name, str) or not dep.name):
+            raise ConfigurationError(f"task {task!r}: a dependency's name is a non-empty str or None, got {dep.name!r}")
+        if not isinstance(dep.may_fail, bool):
+            raise ConfigurationError(f"task {task!r}: a dependency's may_fail is a bool, got {dep.may_fail!r}")
     ids = [_job_id(task, dep.job, db) for dep in deps]
     if len(set(ids)) < len(ids):
         twice = next(i for i in ids if ids.count(i) > 1)

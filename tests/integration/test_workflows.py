@@ -278,6 +278,12 @@ async def test_a_cancelled_dependency_or_a_missing_group_is_refused_and_a_cancel
         await plain.options(group=999999).enqueue()
     with pytest.raises(aioqueue.ConfigurationError, match="group 999999 does not exist"):
         await q.close_group(999999)
+    with pytest.raises(aioqueue.ConfigurationError, match="name is a non-empty str or None, got 5"):
+        plain.options(after=[Dependency(cancelled, name=5)])  # type: ignore[arg-type]
+    with pytest.raises(aioqueue.ConfigurationError, match="name is a non-empty str or None, got ''"):
+        plain.options(after=[Dependency(cancelled, name="")])
+    with pytest.raises(aioqueue.ConfigurationError, match="may_fail is a bool, got 'no'"):
+        plain.options(after=[Dependency(cancelled, may_fail="no")])  # type: ignore[arg-type]
     for links in ({"after": [cancelled]}, {"group": 999999}):  # checked before the database is asked
         with pytest.raises(aioqueue.ConfigurationError, match=r"dedup keys? cannot be given with after= or group="):
             await plain.options(**links).enqueue_many([{}], keys=["k"])
