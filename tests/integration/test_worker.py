@@ -114,12 +114,24 @@ async def test_claims_in_batches_up_to_free_capacity(q: aioqueue.Queue) -> None:
 async def test_eight_workers_race_over_5000_jobs_none_twice(dsn: str, db: asyncpg.Connection) -> None:
     runs: dict[int, int] = {}
     queues = [aioqueue.Queue(dsn, pool_max_size=3) for _ in range(8)]
-    for queue in queues:
+    # Handlers hold until two workers have started jobs: one worker that opened first could
+    # otherwise drain every no-op job before the others claim, and the race would not be run.
+    started_in: set[int] = set()
+    two_started = anyio.Event()
 
+    def count_task(queue: aioqueue.Queue, worker: int) -> None:
         @queue.task(name="count")
         async def count() -> None:
+            started_in.add(worker)
+            if len(started_in) >= 2:
+                two_started.set()
+            with anyio.fail_after(60):
+                await two_started.wait()
             job = aioqueue.current_job()
             runs[job.id] = runs.get(job.id, 0) + 1
+
+    for worker, queue in enumerate(queues):
+        count_task(queue, worker)
 
     ids = await queues[0].tasks["count"].enqueue_many([{}] * 5000)
     totals: list[aioqueue.WorkerStats] = []
