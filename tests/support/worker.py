@@ -84,7 +84,9 @@ def register_flow(queue: aioqueue.Queue) -> aioqueue.Task[[int], int]:
                 async def effect(step: int = step, conn: Any = conn) -> int:
                     await conn.execute("INSERT INTO effects (job_id, step, pid) VALUES ($1, $2, $3)",
                                        job.id, step, os.getpid())
-                    await anyio.sleep(random.uniform(0.0, 0.01))  # a kill may land inside the step
+                    # A kill may land inside the step; long enough that the work outlasts the
+                    # first kills on a fast, quiet machine too.
+                    await anyio.sleep(random.uniform(0.02, 0.1))
                     return step
 
                 total += int(await aioqueue.step(f"effect {step}", effect, connection=conn))

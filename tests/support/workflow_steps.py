@@ -30,7 +30,8 @@ def register(queue: aioqueue.Queue) -> dict[str, aioqueue.Task[..., None]]:
         job = aioqueue.current_job()
         async with queue.connection() as conn:
             await conn.execute("INSERT INTO starts VALUES ($1, $2, $3, $4)", job.id, job.attempt, pid, step)
-        await anyio.sleep(random.uniform(0.001, 0.01))
+        # Long enough that 5,000 jobs outlast the crash test's kills and restart on any machine.
+        await anyio.sleep(random.uniform(0.02, 0.1))
         async with queue.connection() as conn:
             await conn.execute("INSERT INTO effects VALUES ($1, $2, $3) ON CONFLICT (job_id) DO NOTHING",
                                job.id, wf, step)
