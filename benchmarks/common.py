@@ -295,10 +295,28 @@ async def insert_pending(conn: Connection, n: int) -> None:
     )
 
 
-async def preload(task: aioqueue.Task[..., None], n: int) -> None:
-    """Enqueue ``n`` jobs through the library's bulk call, 10,000 per call."""
+async def preload(task: aioqueue.Task[..., None], n: int, group: aioqueue.Group | None = None) -> None:
+    """Enqueue ``n`` jobs (members of ``group``, if given) through the library's bulk call,
+    10,000 per call."""
     for start in range(0, n, 10_000):
-        await task.enqueue_many([{"i": i} for i in range(start, min(n, start + 10_000))])
+        await task.options(group=group).enqueue_many([{"i": i} for i in range(start, min(n, start + 10_000))])
+
+
+async def analyze(queue: aioqueue.Queue) -> None:
+    """ANALYZE the jobs table, as autovacuum soon would after a load."""
+    async with queue.connection() as conn:
+        await conn.execute("ANALYZE aioqueue.jobs")
+
+
+async def timed_until_empty(worker: aioqueue.Worker, n: int, what: str) -> float:
+    """Run ``worker`` until no job is left and return its seconds; raise, naming ``what``,
+    unless it ran ``n`` jobs."""
+    start = time.perf_counter()
+    stats = await worker.run_until_empty()
+    seconds = time.perf_counter() - start
+    if stats.succeeded != n:
+        raise RuntimeError(f"{what} ran {stats.succeeded} jobs of {n}")
+    return seconds
 
 
 async def timed_drain(
@@ -311,15 +329,8 @@ async def timed_drain(
     queue, task = make_queue(dsn, pool_size=pool_size, handler=handler)
     async with queue:
         await preload(task, n)
-        async with queue.connection() as conn:
-            await conn.execute("ANALYZE aioqueue.jobs")
-        worker = worker_for(queue, 10, {})
-        start = time.perf_counter()
-        stats = await worker.run_until_empty()
-        seconds = time.perf_counter() - start
-    if stats.succeeded != n:
-        raise RuntimeError(f"{what} drain ran {stats.succeeded} jobs of {n}")
-    return seconds
+        await analyze(queue)
+        return await timed_until_empty(worker_for(queue, 10, {}), n, f"{what} drain")
 
 
 async def preloaded(dsn: str, n: int) -> None:
@@ -329,8 +340,7 @@ async def preloaded(dsn: str, n: int) -> None:
     queue, task = make_queue(dsn)
     async with queue:
         await preload(task, n)
-        async with queue.connection() as conn:
-            await conn.execute("ANALYZE aioqueue.jobs")
+        await analyze(queue)
 
 
 @contextlib.asynccontextmanager

@@ -20,6 +20,7 @@ from common import (
     Measurement,
     Run,
     aioqueue_system,
+    analyze,
     child_process,
     competitor_on,
     fresh_database,
@@ -29,6 +30,7 @@ from common import (
     preloaded,
     recv,
     run_loop,
+    timed_until_empty,
     worker_for,
 )
 
@@ -133,20 +135,12 @@ async def aioqueue_drain(dsn: str, n: int, concurrency: int, options: dict[str, 
                 await conn.execute("ANALYZE aioqueue.jobs")  # statistics of an empty table
         if state == "dead-head":
             await preload(task, n)
-            async with queue.connection() as conn:
-                await conn.execute("ANALYZE aioqueue.jobs")
+            await analyze(queue)
             await worker_for(queue, concurrency, options).run_until_empty()
         await preload(task, n)
         if state == "analyzed":
-            async with queue.connection() as conn:
-                await conn.execute("ANALYZE aioqueue.jobs")
-        worker = worker_for(queue, concurrency, options)
-        start = time.perf_counter()
-        stats = await worker.run_until_empty()
-        elapsed = time.perf_counter() - start
-    if stats.succeeded != n:
-        raise RuntimeError(f"drain ran {stats.succeeded} jobs of {n}")
-    return elapsed
+            await analyze(queue)
+        return await timed_until_empty(worker_for(queue, concurrency, options), n, "drain")
 
 
 async def aioqueue_drain_processes(

@@ -24,6 +24,7 @@ import anyio
 from common import (
     Measurement,
     Run,
+    analyze,
     child_process,
     make_queue,
     noop,
@@ -79,8 +80,7 @@ def _drain(run: Run, metric: str, n: int, concurrency: int, handler: Callable[..
         queue, task = make_queue(dsn, handler=handler)
         async with queue:
             await preload(task, n)
-            async with queue.connection() as conn:
-                await conn.execute("ANALYZE aioqueue.jobs")
+            await analyze(queue)
             worker = worker_for(queue, concurrency, {})
             start, cpu = time.perf_counter(), time.process_time()
             stats = await worker.run_until_empty()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 import anyio
-from common import Measurement, Run, make_queue, migrated, worker_for
+from common import Measurement, Run, analyze, make_queue, migrated, preload, timed_until_empty, worker_for
 
 import aioqueue
 
@@ -42,11 +42,6 @@ def _system(graph: bool) -> str:
     return "aioqueue (workflow)" if graph else "aioqueue (plain)"
 
 
-async def _enqueue(task: aioqueue.Task[..., None], n: int, group: aioqueue.Group | None) -> None:
-    for start in range(0, n, 10_000):
-        await task.options(group=group).enqueue_many([{"i": i} for i in range(start, min(n, start + 10_000))])
-
-
 def _fan(run: Run, n: int, graph: bool) -> Measurement:
     async def measure(dsn: str) -> None:
         await migrated(dsn)
@@ -63,7 +58,7 @@ def _fan(run: Run, n: int, graph: bool) -> Measurement:
                 # As a user writes a fan-out and its fan-in: the builder, one transaction.
                 await aioqueue.group(*[task.s(i=i) for i in range(n)]).enqueue(on_success=callback.s())
             else:
-                await _enqueue(task, n, None)
+                await preload(task, n)
             await worker_for(queue, 10, {}).run_until_empty()
             elapsed = time.perf_counter() - start
         if graph and called != [1]:
@@ -79,16 +74,11 @@ def _drain(run: Run, n: int, graph: bool) -> Measurement:
         queue, task = make_queue(dsn)
         async with queue:
             g = await queue.open_group() if graph else None
-            await _enqueue(task, n, g)
+            await preload(task, n, g)
             if g is not None:
                 await g.close()
-            async with queue.connection() as conn:
-                await conn.execute("ANALYZE aioqueue.jobs")
-            start = time.perf_counter()
-            stats = await worker_for(queue, 10, {}).run_until_empty()
-            elapsed = time.perf_counter() - start
-        if stats.succeeded != n:
-            raise RuntimeError(f"drain ran {stats.succeeded} jobs of {n}")
+            await analyze(queue)
+            elapsed = await timed_until_empty(worker_for(queue, 10, {}), n, "drain")
         run.results.add_rate(SCENARIO, _system(graph), f"drain of {n} preloaded jobs", n, elapsed)
 
     return measure
