@@ -15,8 +15,9 @@ from importlib import resources
 from ._errors import ConfigurationError
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-# A fragment's use: `{name}`, or `{name($3)}` to put the parameter $3 where it says `{arg}`.
-_USE = re.compile(r"\{(\w+)(?:\((\$\d+)\))?\}")
+# A fragment's use: `{name}`, or `{name($3)}` to put the parameter $3 where it says `{arg}`,
+# or `{name(word)}` a word of queries.sql itself (never a value: those are parameters).
+_USE = re.compile(r"\{(\w+)(?:\((\$\d+|[a-z_]+)\))?\}")
 _BLOCK = re.compile(r"^-- (name|fragment): (\w+)\n", re.MULTILINE)
 
 

@@ -890,6 +890,21 @@ SELECT p.name, p.last_slot, p.updated_at FROM {schema}.periodic AS p ORDER BY p.
 -- CTEs) to cost enough to be compiled, and compiling takes far longer than running it.
 SET LOCAL jit = off;
 
+-- fragment: queues_with
+-- The queues that have jobs of one status, as the recursive CTE with_STATUS: a skip scan of
+-- the status's partial index (one probe per queue, never a read of a queue's jobs). The status
+-- is a word in this file, `{queues_with(pending)}`, so that each use names its index's
+-- predicate as a constant the planner can match.
+with_{arg}(queue) AS (
+    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.status = '{arg}' ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM {schema}.jobs AS j
+            WHERE j.status = '{arg}' AND j.queue > l.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM with_{arg} AS l
+    WHERE l.queue IS NOT NULL
+)
+
 -- name: queue_overview
 -- The dashboard's queues page: every queue that has jobs, settings or recent throughput (and
 -- the queues $1), with counts bounded at $2 so that a deep backlog costs a bounded number of
@@ -900,24 +915,8 @@ SET LOCAL jit = off;
 -- the first entry of a priority. Each bounded count is ordered as its index is, so that no plan
 -- prefers a scan that a LIMIT would cut short only when rows match early (a count of none would
 -- read the whole table).
-WITH RECURSIVE with_pending(queue) AS (
-    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.status = 'pending' ORDER BY j.queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM {schema}.jobs AS j
-            WHERE j.status = 'pending' AND j.queue > l.queue
-            ORDER BY j.queue LIMIT 1)
-    FROM with_pending AS l
-    WHERE l.queue IS NOT NULL
-),
-with_dead(queue) AS (
-    (SELECT j.queue FROM {schema}.jobs AS j WHERE j.status = 'dead' ORDER BY j.queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM {schema}.jobs AS j
-            WHERE j.status = 'dead' AND j.queue > l.queue
-            ORDER BY j.queue LIMIT 1)
-    FROM with_dead AS l
-    WHERE l.queue IS NOT NULL
-),
+WITH RECURSIVE {queues_with(pending)},
+{queues_with(dead)},
 names AS (
     SELECT l.queue FROM with_pending AS l WHERE l.queue IS NOT NULL
     UNION SELECT l.queue FROM with_dead AS l WHERE l.queue IS NOT NULL
