@@ -18,6 +18,17 @@ from tests.support.dashboard_tools import client_for
 from tests.support.helpers import eventually
 
 
+def recorder(q: aioqueue.Queue, name: str) -> tuple[aioqueue.Task[..., None], list[str]]:
+    """Register a task called ``name`` that records its ``label``; return it and the labels
+    recorded, in the order its jobs ran."""
+    ran: list[str] = []
+
+    async def record(label: str) -> None:
+        ran.append(label)
+
+    return q.task(name=name)(record), ran
+
+
 async def test_a_dependant_waits_outside_the_ready_index_and_runs_after(
     q: aioqueue.Queue, db: asyncpg.Connection
 ) -> None:
@@ -95,17 +106,13 @@ async def test_chord_callback_runs_once_with_every_members_result(q: aioqueue.Qu
 
 
 async def test_an_open_group_takes_members_until_closed(q: aioqueue.Queue) -> None:
-    seen: list[str] = []
+    done, seen = recorder(q, "done")
 
     @q.task
     async def member() -> None:
         pass
 
-    @q.task
-    async def done(kind: str) -> None:
-        seen.append(kind)
-
-    g = await q.open_group(on_success=done.s(kind="success"), on_complete=done.s(kind="complete"), name="batch")
+    g = await q.open_group(on_success=done.s(label="success"), on_complete=done.s(label="complete"), name="batch")
     await member.options(group=g).enqueue_many([{}] * 5)
     await q.worker(concurrency=4).run_until_empty()
     assert seen == []  # open: more may come
@@ -119,19 +126,15 @@ async def test_an_open_group_takes_members_until_closed(q: aioqueue.Queue) -> No
 
 
 async def test_a_failed_member_sends_on_failure_not_on_success(q: aioqueue.Queue) -> None:
-    seen: list[str] = []
+    done, seen = recorder(q, "done")
 
     @q.task(max_attempts=1)
     async def member(fail: bool) -> None:
         if fail:
             raise RuntimeError("boom")
 
-    @q.task
-    async def done(kind: str) -> None:
-        seen.append(kind)
-
     g = await group(member.s(fail=False), member.s(fail=True)).enqueue(
-        on_success=done.s(kind="success"), on_failure=done.s(kind="failure"), on_complete=done.s(kind="complete")
+        on_success=done.s(label="success"), on_failure=done.s(label="failure"), on_complete=done.s(label="complete")
     )
     await q.worker(concurrency=2).run_until_empty()
     assert sorted(seen) == ["complete", "failure"]
@@ -142,15 +145,11 @@ async def test_a_failed_member_sends_on_failure_not_on_success(q: aioqueue.Queue
 async def test_a_dead_dependency_cancels_its_dependants_down_the_graph_with_the_reason(
     q: aioqueue.Queue, db: asyncpg.Connection
 ) -> None:
-    ran: list[str] = []
+    step, ran = recorder(q, "step")
 
     @q.task(max_attempts=1)
     async def fails() -> None:
         raise RuntimeError("boom")
-
-    @q.task
-    async def step(label: str) -> None:
-        ran.append(label)
 
     a = await fails.enqueue()
     b = await step.options(after=[a]).enqueue(label="b")
@@ -260,15 +259,11 @@ async def test_refusals_name_what_was_wrong_and_write_nothing(
 async def test_a_cancelled_dependency_or_a_missing_group_is_refused_and_a_cancelled_member_fails_its_group(
     q: aioqueue.Queue,
 ) -> None:
-    seen: list[str] = []
+    done, seen = recorder(q, "done")
 
     @q.task
     async def plain() -> None:
         pass
-
-    @q.task
-    async def done(kind: str) -> None:
-        seen.append(kind)
 
     cancelled = await plain.enqueue()
     assert await q.cancel(cancelled) == "cancelled"
@@ -289,7 +284,7 @@ async def test_a_cancelled_dependency_or_a_missing_group_is_refused_and_a_cancel
             await plain.options(**links).enqueue_many([{}], keys=["k"])
         with pytest.raises(aioqueue.ConfigurationError, match=r"dedup keys? cannot be given with after= or group="):
             plain.options(key="k", **links)
-    g = await q.open_group(on_success=done.s(kind="success"), on_failure=done.s(kind="failure"))
+    g = await q.open_group(on_success=done.s(label="success"), on_failure=done.s(label="failure"))
     member = await plain.options(group=g).enqueue()
     await plain.options(group=g).enqueue()
     assert await q.cancel(member) == "cancelled"
@@ -458,17 +453,13 @@ async def test_the_dashboard_shows_groups_and_the_graph_with_links(q: aioqueue.Q
 
 async def test_retrying_a_dead_job_resumes_its_workflow(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
     """The dependants a dead job cancelled (and theirs) wait again when it is retried, and run."""
-    ran: list[str] = []
+    step, ran = recorder(q, "step")
     broken = {"yes": True}
 
     @q.task(max_attempts=1)
     async def flaky() -> None:
         if broken["yes"]:
             raise RuntimeError("down")
-
-    @q.task
-    async def step(label: str) -> None:
-        ran.append(label)
 
     a = await flaky.enqueue()
     b = await step.options(after=[a]).enqueue(label="b")
@@ -492,7 +483,7 @@ async def test_retrying_a_dead_member_reopens_its_settled_group_for_its_success_
     one takes both out of the failed and cancelled counts and reopens the group; once they
     succeed, on_success is enqueued, and on_failure and on_complete, enqueued already, are not
     enqueued again."""
-    seen: list[str] = []
+    done, seen = recorder(q, "done")
     broken = {"yes": True}
 
     @q.task(max_attempts=1)
@@ -500,12 +491,8 @@ async def test_retrying_a_dead_member_reopens_its_settled_group_for_its_success_
         if fail and broken["yes"]:
             raise RuntimeError("down")
 
-    @q.task
-    async def done(kind: str) -> None:
-        seen.append(kind)
-
-    g = await q.open_group(on_success=done.s(kind="success"), on_failure=done.s(kind="failure"),
-                           on_complete=done.s(kind="complete"))
+    g = await q.open_group(on_success=done.s(label="success"), on_failure=done.s(label="failure"),
+                           on_complete=done.s(label="complete"))
     await member.options(group=g).enqueue(fail=False)
     dies = await member.options(group=g).enqueue(fail=True)
     await member.options(group=g, after=[dies]).enqueue(fail=False)
