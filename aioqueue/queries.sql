@@ -1017,6 +1017,12 @@ s AS (
     WHERE (SELECT count(*) FROM matched) < $7
 )
 
+-- fragment: live_candidates
+-- What the listings of live jobs read of a job (j): each of list_jobs' branches, and
+-- list_running_jobs, filters these rows through an index of its own.
+SELECT j.id, j.status, j.queue, j.task, j.args, j.partition_key
+FROM {schema}.jobs AS j
+
 -- name: list_jobs
 -- A page of pending or dead jobs (status $1), newest first, below keyset $4 (an id; NULL: the
 -- top), optionally of queue $2, task $3, with arguments containing $5, of partition key $8 (see
@@ -1027,28 +1033,24 @@ s AS (
 -- jobs_dead_task_idx; else jobs_dead_list_idx). One branch runs; the others stop at their
 -- one-time filter. The keyset is `id < coalesce($4, max)`, an index condition in any plan.
 WITH candidates AS MATERIALIZED (
-    (SELECT j.id, j.status, j.queue, j.task, j.args, j.partition_key
-     FROM {schema}.jobs AS j
+    ({live_candidates}
      WHERE $1::text = 'pending' AND j.id < coalesce($4::bigint, 9223372036854775807)
      ORDER BY j.id DESC
      LIMIT $6)
     UNION ALL
-    (SELECT j.id, j.status, j.queue, j.task, j.args, j.partition_key
-     FROM {schema}.jobs AS j
+    ({live_candidates}
      WHERE $1::text = 'dead' AND j.status = 'dead' AND j.queue = $2
        AND j.id < coalesce($4::bigint, 9223372036854775807)
      ORDER BY j.id DESC
      LIMIT $6)
     UNION ALL
-    (SELECT j.id, j.status, j.queue, j.task, j.args, j.partition_key
-     FROM {schema}.jobs AS j
+    ({live_candidates}
      WHERE $1::text = 'dead' AND $2::text IS NULL AND j.status = 'dead' AND j.task = $3
        AND j.id < coalesce($4::bigint, 9223372036854775807)
      ORDER BY j.id DESC
      LIMIT $6)
     UNION ALL
-    (SELECT j.id, j.status, j.queue, j.task, j.args, j.partition_key
-     FROM {schema}.jobs AS j
+    ({live_candidates}
      WHERE $1::text = 'dead' AND $2::text IS NULL AND $3::text IS NULL AND j.status = 'dead'
        AND j.id < coalesce($4::bigint, 9223372036854775807)
      ORDER BY j.id DESC
@@ -1069,8 +1071,7 @@ ORDER BY j.id DESC
 -- list_jobs for running jobs: few (at most the workers' slots), read through jobs_lease_idx
 -- and sorted.
 WITH candidates AS MATERIALIZED (
-    SELECT j.id, j.status, j.queue, j.task, j.args, j.partition_key
-    FROM {schema}.jobs AS j
+    {live_candidates}
     WHERE j.status = 'running'
       AND ($2::text IS NULL OR j.queue = $2)
       AND ($3::text IS NULL OR j.task = $3)
@@ -1082,6 +1083,13 @@ WITH candidates AS MATERIALIZED (
 ),
 {page_of_live_jobs};
 
+-- fragment: archive_candidates
+-- What list_archived_jobs reads of an archived job (d): each of its branches filters these
+-- rows through an index of its own.
+SELECT d.id, d.status, d.queue, d.task, d.args, NULL::text AS partition_key, d.priority, d.attempts,
+       d.created_at, d.finished_at
+FROM {schema}.jobs_done AS d
+
 -- name: list_archived_jobs
 -- list_jobs over the archive: succeeded or cancelled jobs (status $1), read through the
 -- jobs_done index that matches the filter (queue: jobs_done_list_queue_idx; else task:
@@ -1089,25 +1097,19 @@ WITH candidates AS MATERIALIZED (
 -- is applied to the candidates. The page is the matched candidates, which carry every column
 -- it shows: looked up by id again, each row would probe every partition's id index.
 WITH candidates AS MATERIALIZED (
-    (SELECT d.id, d.status, d.queue, d.task, d.args, NULL::text AS partition_key, d.priority, d.attempts,
-            d.created_at, d.finished_at
-     FROM {schema}.jobs_done AS d
+    ({archive_candidates}
      WHERE d.status = $1 AND d.queue = $2
        AND d.id < coalesce($4::bigint, 9223372036854775807)
      ORDER BY d.id DESC
      LIMIT $6)
     UNION ALL
-    (SELECT d.id, d.status, d.queue, d.task, d.args, NULL::text AS partition_key, d.priority, d.attempts,
-            d.created_at, d.finished_at
-     FROM {schema}.jobs_done AS d
+    ({archive_candidates}
      WHERE $2::text IS NULL AND d.status = $1 AND d.task = $3
        AND d.id < coalesce($4::bigint, 9223372036854775807)
      ORDER BY d.id DESC
      LIMIT $6)
     UNION ALL
-    (SELECT d.id, d.status, d.queue, d.task, d.args, NULL::text AS partition_key, d.priority, d.attempts,
-            d.created_at, d.finished_at
-     FROM {schema}.jobs_done AS d
+    ({archive_candidates}
      WHERE $2::text IS NULL AND $3::text IS NULL AND d.status = $1
        AND d.id < coalesce($4::bigint, 9223372036854775807)
      ORDER BY d.id DESC
