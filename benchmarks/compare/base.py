@@ -31,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "IDLE_GAP",
+    "AdapterBase",
     "Competitor",
     "CompetitorError",
     "CompetitorTimeout",
@@ -102,6 +103,70 @@ class CompetitorTimeout(CompetitorError, TimeoutError):
 
 class WorkerDied(CompetitorError):
     """The library's worker task ended while the adapter was waiting on it."""
+
+
+class AdapterBase:
+    """What every adapter holds: its deadlines, whether :meth:`drain` analyzes after the
+    pre-load, the DSN :meth:`setup` gives it, the jobs its handler counts, and its worker task.
+
+    Args:
+        timeout: deadline in seconds for a whole drain.
+        sample_timeout: deadline for one latency sample, kept above the library's fallback
+            poll so that a missed NOTIFY shows as an outlier rather than an error.
+        stop_timeout: deadline for the worker to shut down.
+        analyze: run ``ANALYZE`` after the untimed pre-load in :meth:`drain` (see the
+            conventions above).
+    """
+
+    name: str
+
+    def __init__(
+        self,
+        *,
+        timeout: float = 600.0,
+        sample_timeout: float = 60.0,
+        stop_timeout: float = 60.0,
+        analyze: bool = True,
+    ) -> None:
+        self.timeout = timeout
+        self.sample_timeout = sample_timeout
+        self.stop_timeout = stop_timeout
+        self.analyze = analyze
+        self._dsn: str | None = None
+        self._tracker = JobTracker()
+        self._worker: asyncio.Task[None] | None = None
+
+    async def setup(self, dsn: str) -> None:
+        """Keep ``dsn`` and install the library's schema there (if it is not yet)."""
+        self._dsn = dsn
+        await self._install()
+
+    async def teardown(self) -> None:
+        await self._stop_worker()
+        self._dsn = None
+
+    async def _timed_drain(self, n: int, start_worker: Callable[[], asyncio.Task[None]]) -> float:
+        """Seconds from ``start_worker()`` until the handler has run ``n`` jobs; the worker
+        is stopped after, in any case."""
+        self._tracker.reset(n)
+        start = time.perf_counter()
+        worker = start_worker()
+        try:
+            await self._tracker.wait(self.timeout, f"{self.name} to drain {n} jobs", worker)
+            return time.perf_counter() - start
+        finally:
+            await self._stop_worker()
+
+    def _require_dsn(self) -> str:
+        if self._dsn is None:
+            raise CompetitorError("call setup(dsn) first")
+        return self._dsn
+
+    async def _install(self) -> None:
+        raise NotImplementedError
+
+    async def _stop_worker(self) -> None:
+        raise NotImplementedError
 
 
 class JobTracker:

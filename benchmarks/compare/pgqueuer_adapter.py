@@ -26,7 +26,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Literal
+from typing import Any, Literal
 
 import asyncpg
 from pgqueuer.db import AsyncpgDriver, AsyncpgPoolDriver
@@ -34,14 +34,14 @@ from pgqueuer.models import Job
 from pgqueuer.qm import QueueManager
 from pgqueuer.queries import Queries
 
-from .base import CompetitorError, JobTracker, concurrent_callers, idle_wakeups, stop_task
+from .base import AdapterBase, CompetitorError, concurrent_callers, idle_wakeups, stop_task
 
 __all__ = ["PgQueuerAdapter"]
 
 WorkerDriver = Literal["pool", "connection"]
 
 
-class PgQueuerAdapter:
+class PgQueuerAdapter(AdapterBase):
     """Drives PgQueuer 1.6 through ``Queries`` (producer) and ``QueueManager`` (worker)."""
 
     name = "pgqueuer"
@@ -49,52 +49,27 @@ class PgQueuerAdapter:
     #: Entrypoint (job type) used for every benchmark job.
     entrypoint = "aioqueue_bench_noop"
 
-    def __init__(
-        self,
-        *,
-        timeout: float = 600.0,
-        sample_timeout: float = 60.0,
-        stop_timeout: float = 60.0,
-        worker_driver: WorkerDriver = "pool",
-        analyze: bool = True,
-    ) -> None:
+    def __init__(self, *, worker_driver: WorkerDriver = "pool", **settings: Any) -> None:
         """
         Args:
-            timeout: deadline in seconds for a whole drain.
-            sample_timeout: deadline for one latency sample (kept above PgQueuer's
-                30 s ``dequeue_timeout`` poll so a missed NOTIFY shows as an outlier
-                rather than an error).
-            stop_timeout: deadline for the worker to shut down.
             worker_driver: ``"pool"`` (``AsyncpgPoolDriver``, recommended in the docs
                 for high throughput) or ``"connection"`` (``AsyncpgDriver`` over one
                 dedicated connection).
-            analyze: run ``ANALYZE`` after the untimed pre-load in :meth:`drain`, so
-                the planner sees the loaded queue as a long-running database would
-                (autovacuum would analyze it soon after such a load anyway).
+            settings: as :class:`AdapterBase`. ``sample_timeout`` stays above PgQueuer's
+                30 s ``dequeue_timeout`` poll.
         """
-        self.timeout = timeout
-        self.sample_timeout = sample_timeout
-        self.stop_timeout = stop_timeout
+        super().__init__(**settings)
         self.worker_driver: WorkerDriver = worker_driver
-        self.analyze = analyze
-        self._dsn: str | None = None
-        self._tracker = JobTracker()
-        self._worker: asyncio.Task[None] | None = None
         self._qm: QueueManager | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
-    async def setup(self, dsn: str) -> None:
-        self._dsn = dsn
+    async def _install(self) -> None:
         async with self._connection() as conn:
             queries = Queries(AsyncpgDriver(conn))
             if not await queries.schema_is_installed():
                 await queries.install()
             await queries.optimize_autovacuum()
-
-    async def teardown(self) -> None:
-        await self._stop_worker()
-        self._dsn = None
 
     # -- benchmarks --------------------------------------------------------------
 
@@ -131,21 +106,11 @@ class PgQueuerAdapter:
             if self.analyze:
                 await conn.execute("ANALYZE")
 
-        self._tracker.reset(n)
         async with self._worker_driver(2 * concurrency) as driver:
             qm = self._make_queue_manager(driver)
-            start = time.perf_counter()
-            worker = self._start_worker(
-                qm,
-                batch_size=concurrency // 2,
-                max_concurrent_tasks=concurrency,
+            return await self._timed_drain(
+                n, lambda: self._start_worker(qm, batch_size=concurrency // 2, max_concurrent_tasks=concurrency)
             )
-            try:
-                await self._tracker.wait(self.timeout, f"pgqueuer to drain {n} jobs", worker)
-                elapsed = time.perf_counter() - start
-            finally:
-                await self._stop_worker()
-        return elapsed
 
     async def wakeup_latency(self, samples: int) -> list[float]:
         async with self._worker_driver(4) as driver, self._connection() as conn:
@@ -204,11 +169,6 @@ class PgQueuerAdapter:
             return
         qm.shutdown.set()
         await stop_task(worker, self.stop_timeout, "the pgqueuer QueueManager")
-
-    def _require_dsn(self) -> str:
-        if self._dsn is None:
-            raise CompetitorError("call setup(dsn) first")
-        return self._dsn
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[asyncpg.Connection]:

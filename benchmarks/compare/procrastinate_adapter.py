@@ -38,15 +38,22 @@ from typing import Any, TypeAlias
 import procrastinate
 from procrastinate.tasks import Task
 
-from .base import CompetitorError, JobTracker, concurrent_callers, idle_wakeups, stop_task
+from .base import AdapterBase, CompetitorError, concurrent_callers, idle_wakeups, stop_task
 
 __all__ = ["ProcrastinateAdapter"]
 
 NoopTask: TypeAlias = Task[[], Coroutine[Any, Any, None], []]
 
 
-class ProcrastinateAdapter:
-    """Drives Procrastinate 3.10 through ``App``, ``PsycopgConnector`` and its worker."""
+class ProcrastinateAdapter(AdapterBase):
+    """Drives Procrastinate 3.10 through ``App``, ``PsycopgConnector`` and its worker.
+
+    Settings as :class:`AdapterBase`. ``sample_timeout`` stays well above the worker's 5 s
+    fallback polling interval. Without ``analyze``, the planner picks a plan for
+    ``procrastinate_fetch_job_v2`` on the freshly loaded table that scans and sorts every
+    queued job on each fetch (about 25 ms per fetch with 30,000 queued jobs, against 0.07 ms
+    once analyzed).
+    """
 
     name = "procrastinate"
 
@@ -54,50 +61,15 @@ class ProcrastinateAdapter:
     queue = "aioqueue_bench"
     task_name = "aioqueue_bench_noop"
 
-    def __init__(
-        self,
-        *,
-        timeout: float = 600.0,
-        sample_timeout: float = 60.0,
-        stop_timeout: float = 60.0,
-        analyze: bool = True,
-    ) -> None:
-        """
-        Args:
-            timeout: deadline in seconds for a whole drain.
-            sample_timeout: deadline for one latency sample (kept well above the
-                worker's 5 s fallback polling interval, so a missed NOTIFY shows up as
-                an outlier rather than an error).
-            stop_timeout: deadline for the worker to shut down.
-            analyze: run ``ANALYZE`` after the untimed pre-load in :meth:`drain`.
-                Without statistics on the freshly loaded table, the planner picks a
-                plan for ``procrastinate_fetch_job_v2`` that scans and sorts every
-                queued job on each fetch (about 25 ms per fetch with 30,000 queued
-                jobs, against 0.07 ms once analyzed); autovacuum would analyze the
-                table soon after such a load in a long-running database anyway.
-        """
-        self.timeout = timeout
-        self.sample_timeout = sample_timeout
-        self.stop_timeout = stop_timeout
-        self.analyze = analyze
-        self._dsn: str | None = None
-        self._tracker = JobTracker()
-        self._worker: asyncio.Task[None] | None = None
-
     # -- lifecycle ---------------------------------------------------------------
 
-    async def setup(self, dsn: str) -> None:
-        self._dsn = dsn
+    async def _install(self) -> None:
         async with self._app(pool_size=1) as (app, _):
             row = await app.connector.execute_query_one_async(
                 "SELECT to_regclass('procrastinate_jobs') IS NOT NULL AS installed"
             )
             if not row["installed"]:
                 await app.schema_manager.apply_schema_async()
-
-    async def teardown(self) -> None:
-        await self._stop_worker()
-        self._dsn = None
 
     # -- benchmarks --------------------------------------------------------------
 
@@ -127,15 +99,7 @@ class ProcrastinateAdapter:
             await noop.batch_defer_async(*[{} for _ in range(n)])
             if self.analyze:
                 await app.connector.execute_query_async("ANALYZE")
-            self._tracker.reset(n)
-            start = time.perf_counter()
-            worker = self._start_worker(app, concurrency)
-            try:
-                await self._tracker.wait(self.timeout, f"procrastinate to drain {n} jobs", worker)
-                elapsed = time.perf_counter() - start
-            finally:
-                await self._stop_worker()
-        return elapsed
+            return await self._timed_drain(n, lambda: self._start_worker(app, concurrency))
 
     async def wakeup_latency(self, samples: int) -> list[float]:
         async with self._app(pool_size=4) as (app, noop):
@@ -180,9 +144,7 @@ class ProcrastinateAdapter:
 
     @asynccontextmanager
     async def _app(self, pool_size: int) -> AsyncIterator[tuple[procrastinate.App, NoopTask]]:
-        if self._dsn is None:
-            raise CompetitorError("call setup(dsn) first")
-        connector = procrastinate.PsycopgConnector(conninfo=self._dsn, min_size=pool_size, max_size=pool_size)
+        connector = procrastinate.PsycopgConnector(conninfo=self._require_dsn(), min_size=pool_size, max_size=pool_size)
         app = procrastinate.App(connector=connector)
         tracker = self._tracker
 
