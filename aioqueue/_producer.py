@@ -29,6 +29,8 @@ from ._prefetch import Prefetch
 from ._signal import Flag
 
 if TYPE_CHECKING:
+    import asyncpg
+
     from ._config import WorkerConfig
     from ._database import Database
 
@@ -62,6 +64,8 @@ class Producer:
         self._check_due = True
         self._woken = False
         self._claim_started = time.monotonic()
+        # The database time of our last claim, if it told one (claim_timed: a limited claim).
+        self._claimed_at: datetime.datetime | None = None
         self.claims = claims if claims is not None else Claims()
         self.completer = completer
         # Buried rows go to the worker's completer, or to one of its own for a producer used alone.
@@ -231,7 +235,9 @@ class Producer:
         try:
             async with self.db.connection() as conn:
                 since = time.monotonic() - self._claim_started
-                seconds = await conn.fetchval(self.db.queries.next_wakeup, self.queues, since + 0.001)
+                seconds = await conn.fetchval(
+                    self.db.queries.next_wakeup, self.queues, since + 0.001, self._claimed_at
+                )
         except Exception as exc:
             logger.warning("reading the next due time failed (%s: %s)", type(exc).__name__, exc)
             return
@@ -280,13 +286,14 @@ class Producer:
                     self.locked = [r["name"] for r in limited if r["locked"]]
                     self._limits_read_at = now
                 while True:
-                    b = claim(limited=bool(self.limited))
+                    b = claim(limited=bool(self.limited), timed=True)
                     if self.locked:
                         async with conn.transaction():
                             await conn.execute(q.lock_queues, self.locked)
                             rows = await conn.fetch(b.sql, *b.args)
                     else:
                         rows = await conn.fetch(b.sql, *b.args)
+                    self._claimed_at = _claim_time(rows) if self.limited else None
                     jobs, bad = decode_claimed(rows)
                     if len(jobs) > 1:
                         # UPDATE ... RETURNING gives rows in no particular order: hand them to the
@@ -345,6 +352,16 @@ class Producer:
                                type(exc).__name__, exc, delay)
                 await self.wakeup.wait(delay)
         return []
+
+
+def _claim_time(rows: list[asyncpg.Record]) -> datetime.datetime | None:
+    """Take out of a limited claim's rows the one that tells its database time (a NULL id, the
+    time in ``run_at``, after the jobs: see ``claim_timed``) and return that time."""
+    for i in range(len(rows) - 1, -1, -1):
+        if rows[i]["id"] is None:
+            at: datetime.datetime = rows.pop(i)["run_at"]
+            return at
+    return None
 
 
 def _claim_order(job: Job) -> tuple[int, datetime.datetime, int]:

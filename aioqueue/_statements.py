@@ -69,12 +69,16 @@ class Statements:
         limit: int,
         commit_mode: str | None,
         limited: bool,
+        timed: bool = False,
     ) -> Bound:
         """Claim up to ``wants[i]`` jobs of ``queues[i]``, ``limit`` in all, for ``worker`` under a
         lease of ``lease`` seconds; ``limited``: some of the queues have a global limit (the
         caller has locked their settings rows) or per-key settings, else the cheaper
-        ``claim_unlimited``."""
-        sql = self.queries.claim if limited else self.queries.claim_unlimited
+        ``claim_unlimited``. ``timed`` (``limited`` only): after the jobs, a row with a NULL id
+        and the claim's database time in ``run_at`` (``claim_timed``)."""
+        sql = self.queries.claim_unlimited
+        if limited:
+            sql = self.queries.claim_timed if timed else self.queries.claim
         return Bound(sql, (queues, wants, worker, lease, limit, commit_mode))
 
     def extend_leases(self, *, ids: Sequence[int], attempts: Sequence[int], lease: float) -> Bound:

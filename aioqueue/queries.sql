@@ -162,6 +162,20 @@ LEAST(CASE $4::timestamptz WHEN '-infinity' THEN '0001-01-01 00:00:00+00'
     IS NOT NULL
 
 -- name: claim
+-- Claim up to n ready jobs per queue (at most $5 in all): limited_claim, its jobs.
+{limited_claim}
+SELECT * FROM claimed;
+
+-- name: claim_timed
+-- The claim of a worker (arguments as in claim), and after its jobs one row with a NULL id and
+-- the claim's database time in run_at: what next_wakeup compares due times and key-rate
+-- wake-ups against (exactly: the claim's now() is the time its transaction started).
+{limited_claim}
+SELECT * FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, {schema}.now(), NULL;
+
+-- fragment: limited_claim
 -- Claim up to n ready jobs per queue (at most $5 in all) through claim_jobs (migration 0007),
 -- which locks them with FOR UPDATE SKIP LOCKED and marks them running under a lease ($6: the
 -- commit mode, see commit_mode). A queue's row in `queues` may pause it or cap it: at most
@@ -216,7 +230,6 @@ started AS (
     FROM (SELECT c.queue, count(*) AS claimed FROM claimed AS c GROUP BY c.queue) AS n
     WHERE s.name = n.queue AND s.rate_limit IS NOT NULL
 )
-SELECT * FROM claimed;
 
 -- name: claim_unlimited
 -- The claim when none of the queues $1 has a global limit, the common case (arguments as in
@@ -225,20 +238,22 @@ SELECT c.* FROM {schema}.claim_jobs($1::text[], $2::int[], $3::text, $4::float8,
 
 -- name: next_wakeup
 -- When the producer should look again without being told, in seconds from now (NULL: no
--- reason before its poll): the earliest pending job of the queues $1 that was not due when its
--- last claim ran, $2 seconds ago (negative: due meanwhile, so look at once), and,
+-- reason before its poll): the earliest pending job of the queues $1 that was not due when our
+-- last claim ran (negative: due meanwhile, so look at once), and,
 -- for their rate-limited queues with ready jobs, when the oldest claim leaves the full window,
 -- and for their key-rate limited queues, when the key the last keyed claim held back for its
--- rate gets room (set by claim_keyed; one set since our last claim and passed: look at once).
--- A key-rate wake-up counts from a quarter second before our last claim: this statement may
--- start later after `since` was measured than the claim did after its start, and a wake-up set
--- by our own claim must not be taken for an old one (an old one costs a claim or two at most).
-WITH due AS (
+-- rate gets room (set by claim_keyed; one set after our last claim started and passed: look at
+-- once; one that passed before it, that claim saw). Our last claim's time: $3, its database
+-- time (claim_timed), else $2 seconds ago (a claim_unlimited, which tells none).
+WITH since AS (
+    SELECT coalesce($3::timestamptz, {schema}.now() - make_interval(secs => $2)) AS at
+),
+due AS (
     SELECT min(c.run_at) AS at
     FROM unnest($1::text[]) AS w(queue)
     CROSS JOIN LATERAL (
         SELECT j.run_at FROM {schema}.jobs AS j
-        WHERE j.status = 'pending' AND j.queue = w.queue AND j.run_at > {schema}.now() - make_interval(secs => $2)
+        WHERE j.status = 'pending' AND j.queue = w.queue AND j.run_at > (SELECT since.at FROM since)
         ORDER BY j.run_at
         LIMIT 1
     ) AS c
@@ -256,7 +271,7 @@ key_rate AS (
     SELECT min(s.key_rate_wake) AS at
     FROM {schema}.queues AS s
     WHERE s.name = ANY($1::text[]) AND NOT s.paused AND s.key_rate_limit IS NOT NULL
-      AND s.key_rate_wake > {schema}.now() - make_interval(secs => $2 + 0.25)
+      AND s.key_rate_wake > (SELECT since.at FROM since)
 )
 SELECT extract(epoch FROM least((SELECT at FROM due), (SELECT at FROM rate), (SELECT at FROM key_rate))
                - {schema}.now())::float8;

@@ -19,6 +19,7 @@ import pytest
 
 import aioqueue
 from aioqueue._maintenance import Maintenance
+from aioqueue._queries import for_schema
 from aioqueue.testing import Clock
 from tests.support.cli_tools import aioqueue_cli
 from tests.support.helpers import eventually, running
@@ -132,6 +133,39 @@ async def test_held_back_jobs_start_when_the_window_opens_not_at_a_poll(dsn: str
     at = sorted(claims.at["acme"])
     assert all(later - earlier >= SECOND / 2 for earlier, later in itertools.pairwise(at)), at
     assert at[-1] - at[0] < 3 * SECOND  # each began near its window's opening, not a poll later
+
+
+async def test_a_wake_up_counts_from_the_claims_database_time(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    """A worker's limited claim tells its database time (claim_timed); next_wakeup compares the
+    key-rate wake-up and the due times against it exactly: one that passed a millisecond before
+    the claim started is the claim's (no second look), one a millisecond after is a look now."""
+    queries = for_schema("aioqueue")
+
+    @q.task(name="call", queue="api")
+    async def call(key: str) -> None: ...
+
+    await q.set_key_limits("api", rate=(1, 60.0))
+    await q.tasks["call"].options(partition_key="acme").enqueue_many([{"key": "acme"}] * 2)
+    rows = await db.fetch(queries.claim_timed, ["api"], [5], "w", 60.0, 5, "off")
+    assert [r["id"] is None for r in rows] == [False, True]  # one job (the key's rate), then the time
+    claimed_at = rows[-1]["run_at"]
+    assert claimed_at == await db.fetchval("SELECT locked_at FROM aioqueue.jobs WHERE id = $1", rows[0]["id"])
+    ms = datetime.timedelta(milliseconds=1)
+
+    async def wakeup(wake: datetime.datetime | None, due: datetime.datetime) -> float | None:
+        await db.execute("UPDATE aioqueue.queues SET key_rate_wake = $1 WHERE name = 'api'", wake)
+        await db.execute("UPDATE aioqueue.jobs SET run_at = $1 WHERE status = 'pending'", due)
+        # `since` (the worker's own clock) says the claim ran an hour ago: the time wins.
+        seconds: float | None = await db.fetchval(queries.next_wakeup, ["api"], 3600.0, claimed_at)
+        return seconds
+
+    assert await wakeup(claimed_at - ms, claimed_at) is None  # both passed when the claim ran
+    assert (await wakeup(claimed_at + ms, claimed_at) or 0) < 0  # set after it and passed: look now
+    assert (await wakeup(None, claimed_at + ms) or 0) < 0  # due after it: look now
+    later = await wakeup(claimed_at + 30 * SECOND, claimed_at + 40 * SECOND)
+    assert later is not None and 0 < later <= 30
+    # Without the claim's time (an unlimited claim): `since` seconds ago, as before.
+    assert await db.fetchval(queries.next_wakeup, ["api"], 0.0, None) == pytest.approx(later, abs=1)
 
 
 def _key_limits(settings: dict[str, Any]) -> tuple[Any, ...]:

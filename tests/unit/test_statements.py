@@ -26,7 +26,8 @@ JOB_COLUMNS = ("jobs.queue", "jobs.task", "jobs.priority", "jobs.run_at", "jobs.
 #: method, or a channel (``channel.NAME``). The orders are the statements' own, as their
 #: comments in queries.sql describe them.
 ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "claim": (("claim", "claim_unlimited"), ("queues", "wants", "worker", "lease", "limit", "commit_mode")),
+    "claim": (("claim", "claim_timed", "claim_unlimited"),
+              ("queues", "wants", "worker", "lease", "limit", "commit_mode")),
     "extend_leases": (("extend_leases",), ("ids", "attempts", "lease")),
     "complete": (("complete",), ("ids", "attempts", "results", "channel.done", "channel.jobs", "commit_mode")),
     "fail": (("fail",), (
@@ -84,7 +85,8 @@ def test_a_method_binds_each_placeholder_of_its_statement_once_in_order(name: st
     statements, order = ORDER[name]
     variants: list[dict[str, Any]] = [{}]
     if name == "claim":
-        variants = [{"limited": True}, {"limited": False}]
+        pairs = ((True, False), (True, True), (False, False))
+        variants = [{"limited": limited, "timed": timed} for limited, timed in pairs]
     elif name == "enqueue_batch":
         variants = [{"keys": None}, {}]
     seen_sql = set()
@@ -110,5 +112,5 @@ def test_every_keyword_of_a_method_is_bound(name: str) -> None:
     _, order = ORDER[name]
     bound = {what.partition(".")[0] if what.startswith("jobs.") else what
              for what in order if not what.startswith("channel.")}
-    chooses = {"limited"}  # picks one of the method's statements instead of binding a value
+    chooses = {"limited", "timed"}  # pick one of the method's statements instead of binding a value
     assert set(_keywords(getattr(STATEMENTS, name))) - chooses == bound
