@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import time
 import traceback
@@ -121,7 +122,9 @@ class Executor:
         try:
             try:
                 if self.middleware:
-                    result = await call_with_middleware(self.middleware, job, lambda: self._call(task, job))
+                    # A partial, not a lambda: a closure would make cells of this frame's
+                    # variables on every call, middleware or not (garbage the collector scans).
+                    result = await call_with_middleware(self.middleware, job, functools.partial(self._call, task, job))
                 elif task.timeout is None:
                     result = await task.fn(**job.args)  # no timeout to apply: no wrapper either
                 else:

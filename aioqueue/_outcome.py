@@ -79,13 +79,20 @@ def decide(job: Job, error: BaseException | None, interrupt: Interrupt | None = 
     if error is None:
         return "succeeded"
     if isinstance(error, anyio.get_cancelled_exc_class()):
-        if anyio.current_effective_deadline() == -math.inf:
+        if _cancelled_from_outside():
             return "interrupted"
     elif isinstance(error, Snooze):
         return "snoozed"
     elif isinstance(error, Abort):
         return "dead"
     return "dead" if job.attempt >= job.max_attempts else "retried"
+
+
+def _cancelled_from_outside() -> bool:
+    """Whether something outside the handler cancels it: a cancel request to its task (the
+    worker's runners are plain asyncio tasks) or an enclosing anyio cancel scope."""
+    task = asyncio.current_task()
+    return (task is not None and task.cancelling() > 0) or anyio.current_effective_deadline() == -math.inf
 
 
 def current_decision(job: Job, error: BaseException | None) -> Outcome:

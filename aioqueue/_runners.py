@@ -2,15 +2,20 @@
 
 Claimed jobs wait in a plain deque, in claim order. A runner that finishes a job takes the next
 one at once; a runner with nothing to do waits on a future of its own, and only as many of those
-are woken as there are jobs for them: the hand-over costs the same at 10 slots as at 10,000, and
-an idle slot costs nothing per job. Wake-ups fan out: a runner woken for a job wakes up to two
-more if jobs are still waiting, so a large claim reaches every idle slot within a few turns of
-the event loop, while jobs that finish at once (no await) are run by the few runners already
-awake rather than by one woken runner each.
+are woken (or, while fewer than ``concurrency`` exist, started) as there are jobs for them: the
+hand-over costs the same at 10 slots as at 10,000, and an idle slot costs nothing per job.
+Wake-ups fan out: a runner woken or started for a job wakes or starts up to two more if jobs are
+still waiting, so a large claim reaches a thousand slots within a few turns of the event loop,
+while jobs that finish at once (no await) are run by the few runners already awake rather than
+by one runner each: slots that no-op jobs never needed are never started.
 
-Runners start as jobs arrive, one per slot actually needed, and live in the worker's task group,
-so the group's cancellation ends them. When claiming stops, the jobs claimed ahead and not
-started are given back at once (:meth:`Runners.give_back`), and every waiting runner ends.
+Runners are plain asyncio tasks that :class:`Runners` owns, not children of an anyio task group:
+a task group's ``start_soon`` costs about fifteen times as much per task (a wrapper coroutine, a
+cancel scope and an event each), which at a thousand slots is a claim's worth of the worker's
+time and memory. :meth:`Runners.join` stands in for the group: it waits until every runner has
+ended, raises a runner's unexpected error, and when cancelled cancels every runner and waits,
+shielded, until they have recorded their outcomes. When claiming stops, the jobs claimed ahead
+and not started are given back at once (:meth:`Runners.give_back`), and every waiting runner ends.
 """
 
 from __future__ import annotations
@@ -22,11 +27,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
-import anyio.lowlevel
+
+from ._signal import Flag
 
 if TYPE_CHECKING:
-    from anyio.abc import TaskGroup
-
     from ._claims import Claims
     from ._completer import Completer
     from ._executor import Executor
@@ -38,7 +42,7 @@ logger = logging.getLogger("aioqueue.worker")
 #: loop after this many, so that it cannot starve the producer and the completer.
 YIELD_EVERY = 32
 
-#: How many more runners a woken runner wakes while jobs wait: the fan-out of wake-ups.
+#: How many more runners a woken runner wakes (or starts) while jobs wait: the fan-out.
 FAN_OUT = 2
 
 
@@ -47,14 +51,12 @@ class Runners:
 
     def __init__(
         self,
-        group: TaskGroup,
         executor: Executor,
         completer: Completer,
         claims: Claims,
         concurrency: int,
         stopping: Callable[[], bool],
     ) -> None:
-        self._group = group
         self._executor = executor
         self._completer = completer
         self._claims = claims
@@ -64,24 +66,30 @@ class Runners:
         # Futures of runners waiting for a job, oldest first. A cancelled runner's future stays
         # here, done, and is skipped: removing it would cost a scan per cancelled runner.
         self._idle: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._woken = 0  # runners woken for a job that have not taken one yet
-        self._started = 0
+        # Runners woken or started for a job that have not taken one yet: jobs promised to them.
+        self._woken = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._unstarted: set[asyncio.Task[None]] = set()  # started for a job, not yet running
         self._closed = False
+        self._abandoned = False
+        self._draining = False  # join() is waiting for cancelled runners to end
+        self._error: BaseException | None = None
+        self._ended = Flag()  # raised once closed with no runner left, on an error, or abandoned
 
     def __len__(self) -> int:
         """Jobs claimed and waiting for a runner."""
         return len(self._jobs)
+
+    @property
+    def started(self) -> int:
+        """Runner tasks alive now: the slots used so far (idle ones included)."""
+        return len(self._tasks)
 
     # -- the producer's side -------------------------------------------------------------------
 
     def hand_over(self, jobs: Sequence[Job]) -> None:
         """Queue freshly claimed ``jobs`` (their claims are already taken) for the runners."""
         self._jobs.extend(jobs)
-        # Enough runners for the active jobs, up to the concurrency: slots never used cost nothing.
-        wanted = min(self._concurrency, self._claims.active)
-        while self._started < wanted:
-            self._group.start_soon(self._run)
-            self._started += 1
         self._wake(1)
 
     def give_back(self) -> None:
@@ -99,11 +107,61 @@ class Runners:
             future = self._idle.popleft()
             if not future.done():
                 future.set_result(None)
+        if not self._tasks:
+            self._ended.set()
+
+    # -- the owner's side ----------------------------------------------------------------------
+
+    async def join(self) -> None:
+        """Wait until every runner has ended after :meth:`close`, and raise the error a runner
+        ended with, if any. Cancelled (or on that error), cancel every runner and wait, shielded,
+        until they have ended (or :meth:`abandon` is called)."""
+        try:
+            await self._ended.wait()
+        finally:
+            if self._tasks and not self._abandoned:
+                self._draining = True
+                for task in self._tasks:
+                    task.cancel()
+                with anyio.CancelScope(shield=True):
+                    while self._tasks and not self._abandoned:
+                        self._ended.clear()
+                        await self._ended.wait()
+        if self._error is not None:
+            raise self._error
+
+    def abandon(self) -> None:
+        """Stop waiting for runners whose handlers ignore cancellation: cancel them once more
+        and let :meth:`join` return (their jobs go back when their leases expire)."""
+        self._abandoned = True
+        for task in self._tasks:
+            task.cancel()
+        self._ended.set()
+
+    def _start(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._run())
+        self._tasks.add(task)
+        self._unstarted.add(task)
+        task.add_done_callback(self._runner_ended)
+
+    def _runner_ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task in self._unstarted:  # cancelled before it ran: it never took its promised job
+            self._unstarted.discard(task)
+            self._woken -= 1
+        if not task.cancelled() and (error := task.exception()) is not None:
+            # Only a bug in aioqueue's own bookkeeping gets here: end the worker with it.
+            if self._error is None:
+                self._error = error
+            self._ended.set()
+        elif not self._tasks and (self._closed or self._draining):
+            self._ended.set()
 
     # -- the runners' side ---------------------------------------------------------------------
 
     def _wake(self, most: int) -> None:
-        """Wake up to ``most`` idle runners, never more than the jobs not yet promised to one."""
+        """Wake (or start, while fewer than ``concurrency`` run) up to ``most`` runners, never
+        more than the jobs not yet promised to one."""
         most = min(most, len(self._jobs) - self._woken)
         while most > 0 and self._idle:
             future = self._idle.popleft()
@@ -111,6 +169,10 @@ class Runners:
                 future.set_result(None)
                 self._woken += 1
                 most -= 1
+        while most > 0 and len(self._tasks) < self._concurrency and not self._closed:
+            self._start()
+            self._woken += 1
+            most -= 1
 
     async def _take(self) -> Job | None:
         """The next job, waiting for one if none is queued; None once closed and empty."""
@@ -138,13 +200,16 @@ class Runners:
     async def _run(self) -> None:
         task = asyncio.current_task()  # the one an interruption of this runner's job cancels
         assert task is not None
+        # Started for a job: take it (if another runner has not already) and pass the start on.
+        self._unstarted.discard(task)
+        self._woken -= 1
+        if self._jobs:
+            job: Job | None = self._jobs.popleft()
+            self._wake(FAN_OUT)
+        else:
+            job = await self._take()
         taken = 0
-        while True:
-            if taken % YIELD_EVERY == YIELD_EVERY - 1:
-                await anyio.lowlevel.checkpoint()
-            job = self._jobs.popleft() if self._jobs else await self._take()
-            if job is None:
-                return
+        while job is not None:
             taken += 1
             try:
                 if self._stopping():
@@ -159,3 +224,6 @@ class Runners:
                 logger.exception("internal error while running job %d attempt %d", job.id, job.attempt)
             finally:
                 self._claims.finished(job)
+            if taken % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+            job = self._jobs.popleft() if self._jobs else await self._take()

@@ -265,24 +265,25 @@ class Worker:
         # Where the handlers' durable steps are stored: the runners, started from here, inherit it.
         steps.bind(completer.db)
         progress.bind(completer)  # and where they report progress
+        runners = Runners(executor, completer, self.claims, self.config.concurrency, lambda: self._stop)
         async with anyio.create_task_group() as group:
-            runners = Runners(group, executor, completer, self.claims, self.config.concurrency, lambda: self._stop)
+            group.start_soon(runners.join)  # the group waits for the runners, or cancels them
             try:
                 await producer.run(runners.hand_over, burst=burst)
             finally:
                 runners.give_back()
                 runners.close()
                 self.ready.set()
-            group.start_soon(self._enforce_grace, executor, group.cancel_scope)
+            group.start_soon(self._enforce_grace, executor, runners)
 
-    async def _enforce_grace(self, executor: Executor, runners: anyio.CancelScope) -> None:
+    async def _enforce_grace(self, executor: Executor, runners: Runners) -> None:
         if await self.claims.idle.wait(self.config.grace_period):
             return
         count = executor.interrupt_all(Interrupt.SHUTDOWN)
         logger.warning("grace period of %.1fs over: interrupting %d running job(s)", self.config.grace_period, count)
         if not await self.claims.idle.wait(10.0):
             logger.error("handlers ignored cancellation; abandoning them to the lease")
-            runners.cancel()
+            runners.abandon()
 
     def health_check(self, unready_after: float = 10.0) -> Health:
         """This worker's liveness and readiness, for a server that reports on a group of workers

@@ -62,3 +62,23 @@ async def test_runners_start_only_for_slots_in_use(q: aioqueue.Queue) -> None:
         assert len(asyncio.all_tasks()) < 50
         release.set()
     assert worker.stats.succeeded == 3
+
+
+async def test_no_op_jobs_at_a_thousand_slots_start_few_runners(q: aioqueue.Queue) -> None:
+    # Jobs that finish without an await are run by the runners already awake: a claim of a
+    # thousand of them must not start (and later wake) a runner per slot, which is work per
+    # slot that no-op jobs would pay per job.
+    runners: set[int] = set()
+
+    @q.task
+    async def quick(i: int) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        runners.add(id(task))
+
+    n = 3000
+    await quick.enqueue_many([{"i": i} for i in range(n)])
+    worker = q.worker(concurrency=1000)
+    stats = await worker.run_until_empty()
+    assert stats.succeeded == n
+    assert len(runners) < 200, f"{len(runners)} runners for {n} no-op jobs"
