@@ -21,7 +21,7 @@ from aioqueue.dashboard import create_app
 from aioqueue.testing import drain
 from tests.support.cli_tools import aioqueue_cli
 from tests.support.dashboard_tools import SERVED, client_for
-from tests.support.helpers import eventually, running
+from tests.support.helpers import eventually, noop_task, running
 
 HOSTILE = '<script>alert("x")</script>'
 
@@ -128,11 +128,7 @@ async def test_many_calls_make_few_writes_and_the_last_value_wins(q: aioqueue.Qu
 async def test_a_lost_claim_cannot_overwrite_the_new_attempts_progress(
     q: aioqueue.Queue, db: asyncpg.Connection
 ) -> None:
-    @q.task
-    async def job() -> None:
-        pass
-
-    ref = await job.enqueue()
+    ref = await noop_task(q, "job").enqueue()
     # The job as a reaped first attempt left it, claimed again: attempt 2 now holds it.
     await db.execute(
         "UPDATE aioqueue.jobs SET status = 'running', attempts = 2, lease_expires_at = now() + interval '1 hour',"

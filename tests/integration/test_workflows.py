@@ -15,7 +15,7 @@ from aioqueue._maintenance import Maintenance
 from aioqueue.dashboard import create_app
 from tests.support.cli_tools import aioqueue_cli
 from tests.support.dashboard_tools import client_for
-from tests.support.helpers import eventually
+from tests.support.helpers import eventually, noop_task
 
 
 def recorder(q: aioqueue.Queue, name: str) -> tuple[aioqueue.Task[..., None], list[str]]:
@@ -60,10 +60,7 @@ async def test_a_dependant_waits_outside_the_ready_index_and_runs_after(
 async def test_a_graph_commits_or_vanishes_with_the_callers_transaction(
     q: aioqueue.Queue, db: asyncpg.Connection
 ) -> None:
-    @q.task
-    async def noop() -> None:
-        pass
-
+    noop = noop_task(q, "noop")
     async with q.connection() as conn:
         tr = conn.transaction()
         await tr.start()
