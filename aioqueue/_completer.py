@@ -139,7 +139,7 @@ class Completer:
         self.progress_writes = 0
         """Statements that wrote reported progress so far."""
         self.warmed = anyio.Event()
-        """Set once :meth:`run` has warmed up (see :meth:`warm_up`)."""
+        """Set once :meth:`warm_up` has run (by :meth:`run`, unless the caller did it first)."""
 
     def __len__(self) -> int:
         """Outcomes buffered and not yet written."""
@@ -219,9 +219,10 @@ class Completer:
     # -- writing -------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Warm up, then flush buffered outcomes until cancelled; retry failed writes with backoff."""
-        await self.warm_up()
-        self.warmed.set()
+        """Warm up (unless done), then flush buffered outcomes until cancelled; retry failed
+        writes with backoff."""
+        if not self.warmed.is_set():
+            await self.warm_up()
         failures = 0
         while True:
             due = self._progress_due
@@ -300,17 +301,19 @@ class Completer:
             raise
         self.progress_writes += 1
 
-    async def warm_up(self) -> None:
-        """Open a connection for the writes and plan the success write on it, writing nothing:
-        :meth:`run` does it first, beside the worker's first statements, so that the first
-        outcomes wait neither for a new connection nor for a cold plan (a fresh backend plans
-        the write over the archive's partitions). A failure is left to the first real write."""
+    async def warm_up(self, conn: Connection | None = None) -> None:
+        """Plan the success write on a connection for the writes (``conn``, else the pool's
+        next, opened if need be), writing nothing, so that the first outcomes wait neither for
+        a new connection nor for a cold plan (a fresh backend plans the write over the
+        archive's partitions); then set :attr:`warmed`. A failure is left to the first real
+        write."""
         try:
-            async with self.db.connection() as conn:
+            async with self.db.connection(conn) as c:
                 b = self.db.statements.complete(ids=[], attempts=[], results=[], commit_mode=self.commit_mode)
-                await conn.execute(b.sql, *b.args)
+                await c.execute(b.sql, *b.args)
         except Exception as exc:
             logger.debug("warming up the outcome writes failed (%s: %s)", type(exc).__name__, exc)
+        self.warmed.set()
 
     async def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until nothing is buffered; return whether that happened within ``timeout``."""

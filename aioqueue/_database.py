@@ -30,6 +30,7 @@ import anyio
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from . import _array_types as array_types
 from . import _migrate as migrations
 from ._database_identity import DatabaseIdentity
 from ._dsn import describe_dsn
@@ -187,6 +188,7 @@ class Database:
                     min_size=min_size,
                     max_size=max_size,
                     reset=_keep_session,
+                    init=array_types.declare_on_connect,
                     timeout=self._connect_timeout,
                     **self._pool_kwargs(),
                 )

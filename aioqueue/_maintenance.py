@@ -24,6 +24,7 @@ import anyio
 
 if TYPE_CHECKING:
     from ._database import Database
+    from ._job import Connection
 
 logger = logging.getLogger("aioqueue.maintenance")
 
@@ -37,13 +38,14 @@ STRANDED_INTERVAL = 30.0
 VACUUM_INTERVAL = 5.0
 
 
-async def reap(db: Database, batch: int = 1000) -> int:
+async def reap(db: Database, batch: int = 1000, conn: Connection | None = None) -> int:
     """Return every job whose lease expired to pending (or dead when its attempts are spent),
-    a batch per statement, and wake the workers of their queues; return how many."""
+    a batch per statement (on ``conn`` if given), and wake the workers of their queues; return
+    how many."""
     total = 0
     while True:
-        async with db.connection() as conn:
-            rows = await conn.fetch(db.queries.reap_expired, batch, db.channels.jobs, db.channels.done)
+        async with db.connection(conn) as c:
+            rows = await c.fetch(db.queries.reap_expired, batch, db.channels.jobs, db.channels.done)
         total += len(rows)
         if len(rows) < batch:
             return total
@@ -81,9 +83,10 @@ class Maintenance:
     """VACUUMs run so far."""
     _not_allowed: set[str] = dataclasses.field(default_factory=set, init=False)
 
-    async def reap(self) -> int:
-        """Reap expired leases, a batch at a time, until none are left; return how many."""
-        total = await reap(self.db, self.reap_batch)
+    async def reap(self, conn: Connection | None = None) -> int:
+        """Reap expired leases, a batch at a time (on ``conn`` if given), until none are left;
+        return how many."""
+        total = await reap(self.db, self.reap_batch, conn)
         if total:
             logger.warning("reaped %d job(s) whose lease expired", total)
         self.reaped += total
@@ -193,14 +196,22 @@ class Maintenance:
         except Exception as exc:
             logger.warning("maintenance step %s failed (%s: %s)", step.__name__, type(exc).__name__, exc)
 
-    async def run(self, *, reaped: bool = False, settled: Callable[[], Awaitable[bool]] | None = None) -> None:
-        """Run :meth:`run_vacuum` at once, and beside it upkeep at start and then every
-        ``reap_interval`` until cancelled (``reaped``: the caller has just reaped, so the first
-        pass does not). ``settled``: awaited before the first pass, it returns whether the
-        reaper is due in that pass after all."""
+    async def run(self, *, reaped: bool = False, settled: Callable[[float], Awaitable[bool]] | None = None) -> None:
+        """Run upkeep at start and then every ``reap_interval`` until cancelled (``reaped``: the
+        caller has just reaped, so the first pass does not), and :meth:`run_vacuum` beside it.
+        ``settled(seconds)``: awaited before each of them begins, it waits at most ``seconds``
+        (``reap_interval`` for upkeep, ``vacuum_interval`` for the vacuum checks) for the
+        worker to settle and returns whether it did; an upkeep that waited the whole interval
+        reaps in its first pass after all."""
+
+        async def vacuum_once_settled() -> None:
+            if settled is not None:
+                await settled(self.vacuum_interval)
+            await self.run_vacuum()
+
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self.run_vacuum)
-            if settled is not None and await settled():
+            tg.start_soon(vacuum_once_settled)
+            if settled is not None and not await settled(self.reap_interval):
                 reaped = False
             await self._run_upkeep(reaped)
 

@@ -17,7 +17,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -76,6 +76,9 @@ class Producer:
         """Set once the producer has looked for work (and the listener, if any, was started)."""
         self.caught_up = anyio.Event()
         """Set once a claim found fewer ready jobs than it asked for (or claiming stopped)."""
+        self.connected = anyio.Event()
+        """Set once the first claim holds its connection (or claiming stopped): the worker's
+        other first statements then take the pool's next one."""
         self.statements = 0
         self.claimed = 0
         self.buried = 0
@@ -165,9 +168,17 @@ class Producer:
 
     # -- the loop ------------------------------------------------------------------------------
 
-    async def run(self, runners: Callable[[list[Job]], None], *, burst: bool = False) -> None:
+    async def run(
+        self,
+        runners: Callable[[list[Job]], None],
+        *,
+        burst: bool = False,
+        started: Callable[[], Awaitable[bool]] | None = None,
+    ) -> None:
         """Claim jobs and hand each claim's jobs to ``runners`` until stopped (or, in ``burst``
-        mode, until no job is ready, none is running and every outcome is written)."""
+        mode, until no job is ready, none is running and every outcome is written). ``started``:
+        awaited once before a burst ends, it waits for the worker's other first statements
+        and returns whether they may have made jobs ready (the reaper's), to claim again."""
 
         def hand_over(jobs: list[Job]) -> None:
             if jobs:
@@ -206,11 +217,16 @@ class Producer:
                     continue  # outcomes written since the claim may have freed limited slots
                 elif self.limited and await self._held_back():
                     await self.wait()  # ready jobs a limit holds back: not empty yet
+                elif started is not None:
+                    more, started = await started(), None
+                    if not more:
+                        return
                 else:
                     return
         finally:
             self.ready.set()
             self.caught_up.set()
+            self.connected.set()
 
     async def wait(self) -> None:
         """Wait for a wake-up, the earliest known due time, or the poll tick, whichever is first."""
@@ -279,6 +295,7 @@ class Producer:
         handed: list[Job] | None = None
         try:
             async with self.db.connection() as conn:
+                self.connected.set()
                 now = time.monotonic()
                 if now - self._limits_read_at >= self.limits_refresh:
                     limited = await conn.fetch(q.limited_queues, self.queues)

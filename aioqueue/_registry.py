@@ -25,6 +25,7 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from ._database import Database
+    from ._job import Connection
 
 logger = logging.getLogger("aioqueue.registry")
 
@@ -76,13 +77,13 @@ class WorkerRegistry:
         """Seconds after which a row that was not refreshed counts as a crashed worker's."""
         return self.interval * EXPIRY_INTERVALS
 
-    async def refresh(self) -> None:
+    async def refresh(self, conn: Connection | None = None) -> None:
         """Write the row (or refresh ``last_seen``) and delete expired rows, and until that has
-        succeeded once, record the tasks' queues: one statement."""
+        succeeded once, record the tasks' queues: one statement (on ``conn`` if given)."""
         names = self._unrecorded
         counts = json.dumps(dict(self.counts()) if self.counts is not None else {})
-        async with self.db.connection() as conn:
-            await conn.execute(
+        async with self.db.connection(conn) as c:
+            await c.execute(
                 self.db.queries.register_worker, self.name, self.host, self.pid, self.queues,
                 self.concurrency, self.version, self.expiry, names, [self.tasks[n] for n in names], counts,
             )
@@ -95,18 +96,21 @@ class WorkerRegistry:
         async with self.db.connection() as conn:
             await conn.execute(self.db.queries.unregister_worker, self.name)
 
-    async def run(self) -> None:
-        """Refresh every ``interval`` until cancelled; then delete the row (shielded)."""
+    async def run(self, first: Connection | None = None) -> None:
+        """Refresh every ``interval`` until cancelled, the first time on ``first`` if given (a
+        connection the caller holds, and uses again once :attr:`tried` is set); then delete the
+        row (shielded)."""
         failing = False
         try:
             while True:
                 try:
-                    await self.refresh()
+                    await self.refresh(first)
                     failing = False
                 except Exception as exc:
                     if not failing:  # once per outage, not once a tick
                         logger.warning("worker registry refresh failed (%s: %s)", type(exc).__name__, exc)
                     failing = True
+                first = None
                 self.tried.set()
                 await anyio.sleep(self.interval)
         finally:

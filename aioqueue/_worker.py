@@ -13,13 +13,15 @@ completer).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Unpack
 
 import anyio
+from anyio.abc import TaskGroup
 
 from . import _progress as progress
 from . import _steps as steps
@@ -187,7 +189,7 @@ class Worker:
             db, claims, lease=cfg.lease, interval=cfg.heartbeat_interval or 1.0,
             writing=completer.writing, on_lost=self._lost,
         )
-        self.maintenance = Maintenance(
+        self.maintenance = maintenance = Maintenance(
             db, reap_interval=cfg.reap_interval or 1.0, archive_retention=cfg.archive_retention,
             vacuum_threshold=cfg.vacuum_threshold, vacuum_interval=min(VACUUM_INTERVAL, cfg.reap_interval or 1.0),
         )
@@ -198,10 +200,9 @@ class Worker:
                     db, self.name, queues=queues, concurrency=cfg.concurrency, tasks=served,
                     counts=lambda: dataclasses.asdict(self.stats),
                 )
-                services.start_soon(self.registry.run)
-                # After the registry, which so takes the pool's warm connection: the completer
-                # opens its own and plans its write there while the row is written (warm_up).
-                services.start_soon(completer.run)
+                started = anyio.Event()
+                services.start_soon(self._start_beside_claims, services, producer, completer, self.registry,
+                                    self.maintenance, started)
                 services.start_soon(self.heartbeat.run)
                 services.start_soon(self._upkeep_once_settled, producer, completer, burst)
                 if cfg.listen and not burst:
@@ -223,17 +224,16 @@ class Worker:
                     self.health = Health(db, self._services_state, port=cfg.health_port, host=cfg.health_addr,
                                          unready_after=cfg.unready_after, name=self.name)
                     await services.start(self.health.run)
-                # Register, then reap, then claim, one after the other on the connection the claim
-                # then uses: the worker's row is there before its first job, a worker that starts
-                # after a crash claims the jobs whose leases ran out, and the claim neither waits
-                # behind upkeep for a connection of its own nor makes the pool open one more.
-                await self.registry.tried.wait()
-                await self.maintenance.step(self.maintenance.reap)
                 self._serving = True
                 logger.info("worker %s started: queues=%s concurrency=%d", self.name, ",".join(queues),
                             cfg.concurrency)
+
+                async def reaped_at_start() -> bool:
+                    await started.wait()
+                    return maintenance.reaped > 0
+
                 try:
-                    await self._work(producer, executor, completer, burst)
+                    await self._work(producer, executor, completer, burst, reaped_at_start)
                 finally:
                     self._serving = False
                     services.cancel_scope.cancel()
@@ -241,27 +241,63 @@ class Worker:
             await self._final_flush(completer)
             logger.info("worker %s stopped: %s", self.name, self.stats)
 
+    async def _start_beside_claims(
+        self, services: TaskGroup, producer: Producer, completer: Completer, registry: WorkerRegistry,
+        maintenance: Maintenance, started: anyio.Event,
+    ) -> None:
+        """The worker's first statements other than claims, one after the other on one
+        connection, the pool's next once the first claim holds the open one: the registry's
+        row, the reaper (a worker that starts after a crash gets the jobs whose leases ran
+        out; a burst does not end before it has claimed them), then the completer's warm-up.
+        So the first claim waits for none of them, and the pool opens one connection more
+        (which the completer then writes on), not one for each."""
+        await producer.connected.wait()
+        registering = False
+        try:
+            async with self.app.database.connection() as conn:
+                services.start_soon(registry.run, conn)
+                registering = True
+                await registry.tried.wait()
+                await maintenance.step(functools.partial(maintenance.reap, conn))
+                started.set()
+                await completer.warm_up(conn)
+        except Exception as exc:  # no connection: each service gets its own later, or retries
+            logger.warning("starting the worker's services failed (%s: %s)", type(exc).__name__, exc)
+            if not registering:
+                services.start_soon(registry.run)
+        started.set()
+        services.start_soon(completer.run)
+
     async def _upkeep_once_settled(self, producer: Producer, completer: Completer, burst: bool) -> None:
-        """Run maintenance: its vacuum checks from the first claim on, and upkeep (retention
-        and pruning; the reaper ran before the first claim) once the producer has caught up
-        with the ready jobs, or ``reap_interval`` after the first claim if it has not by then.
-        At start upkeep would take a connection of its own and compete with the first burst of
-        jobs for the server, and retention can wait that long; an idle worker catches up at its
-        first claim. A burst (``run_until_empty()``) catches up only as it ends: it runs upkeep
-        once it has lasted ``reap_interval``, never while it returns, and never prunes the
-        steps of the jobs it has just finished."""
+        """Run maintenance once the producer has caught up with the ready jobs: upkeep
+        (retention and pruning; the reaper ran before the first claim), or ``reap_interval``
+        after the first claim if it has not by then, and the vacuum checks, or
+        ``vacuum_interval`` after it. At start either would take a connection of its own
+        (the pool opening one more, a cold backend) and compete with the first burst of jobs
+        for the server, and neither is urgent; an idle worker catches up at its first claim.
+        A burst (``run_until_empty()``) catches up only as it ends: it runs them once it has
+        lasted their interval, never while it returns, and never prunes the steps of the jobs
+        it has just finished."""
         await self.ready.wait()
         await completer.warmed.wait()  # until then the completer's connection is not free for it
 
-        async def settled() -> bool:
-            with anyio.move_on_after(self.config.reap_interval or 1.0) as waited:
+        async def settled(seconds: float) -> bool:
+            with anyio.move_on_after(seconds):
                 await (anyio.sleep_forever() if burst else producer.caught_up.wait())
-            return waited.cancelled_caught  # waited the whole interval: the reaper is due again
+                return True
+            return False
 
         assert self.maintenance is not None
         await self.maintenance.run(reaped=True, settled=settled)
 
-    async def _work(self, producer: Producer, executor: Executor, completer: Completer, burst: bool) -> None:
+    async def _work(
+        self,
+        producer: Producer,
+        executor: Executor,
+        completer: Completer,
+        burst: bool,
+        started: Callable[[], Awaitable[bool]],
+    ) -> None:
         # Where the handlers' durable steps are stored: the runners, started from here, inherit it.
         steps.bind(completer.db)
         progress.bind(completer)  # and where they report progress
@@ -269,7 +305,7 @@ class Worker:
         async with anyio.create_task_group() as group:
             group.start_soon(runners.join)  # the group waits for the runners, or cancels them
             try:
-                await producer.run(runners.hand_over, burst=burst)
+                await producer.run(runners.hand_over, burst=burst, started=started)
             finally:
                 runners.give_back()
                 runners.close()

@@ -109,3 +109,20 @@ async def test_a_supervisor_of_n_holds_n_pools_and_n_listeners(
 
     peak, _ = await _peak_connections(dsn, db, supervise)
     assert 2 <= peak <= 2 * (2 + 1), peak
+
+
+async def test_a_burst_drains_on_two_connections(dsn: str) -> None:
+    # One for the claims, one for the outcomes (the registry row, the reaper and the outcome
+    # write's plan go first on it); upkeep and vacuum checks wait until the burst is over or
+    # has lasted their interval, so none opens a third beside a short burst.
+    async with aioqueue.Queue(dsn) as q:
+
+        @q.task
+        async def noop(n: int) -> None:
+            pass
+
+        await noop.enqueue_many([{"n": n} for n in range(2000)])
+        assert q.pool.get_size() == 1  # what enqueueing left open
+        stats = await q.worker(reap_interval=60).run_until_empty()
+        assert stats.succeeded == 2000
+        assert q.pool.get_size() == 2
