@@ -55,18 +55,19 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 class Database:
     """The pool, queries and channels of one aioqueue schema."""
 
+    # Only Queue makes one, passing every setting: the defaults are Queue's, stated there once.
     def __init__(
         self,
-        dsn: str | None = None,
+        dsn: str | None,
         *,
-        pool: asyncpg.Pool | None = None,
-        schema: str = "aioqueue",
-        pool_min_size: int = 1,
-        pool_max_size: int = 10,
-        connect_timeout: float = 10.0,
-        connect_kwargs: dict[str, Any] | None = None,
-        pooler: bool | None = None,
-        listen_dsn: str | None = None,
+        pool: asyncpg.Pool | None,
+        schema: str,
+        pool_min_size: int,
+        pool_max_size: int,
+        connect_timeout: float,
+        connect_kwargs: dict[str, Any] | None,
+        pooler: bool | None,
+        listen_dsn: str | None,
     ) -> None:
         if dsn is None and pool is None:
             raise ConfigurationError("Queue needs a dsn or a pool")
