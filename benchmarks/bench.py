@@ -61,6 +61,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              f"on request: {', '.join(sorted(ON_REQUEST))})")
     parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                         help="how long the sustained scenario enqueues and works (default: 600, --quick: 30)")
+    parser.add_argument("--flood", type=int, default=None, metavar="JOBS",
+                        help="the per-key scenario's flood (default: 100,000, --quick: 10,000; the goal's: 1,000,000)")
     parser.add_argument("--compare", nargs="*", choices=sorted(COMPETITORS), default=[], metavar="NAME",
                         help="also run the drain, enqueue and latency scenarios through these queues")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results as JSON here")
@@ -71,6 +73,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.flood is not None and args.flood < 1:
+        parser.error("--flood must be at least 1 job")
     if args.duration is not None and not args.duration > 0:
         parser.error("--duration must be a positive number of seconds")
     return args
@@ -98,6 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     with server(args.dsn) as (admin_dsn, embedded):
         run = Run(admin_dsn, QUICK if args.quick else FULL, args.compare)
         run.sustained_seconds = args.duration or (30.0 if args.quick else 600.0)
+        run.per_key_flood = args.flood
         for name in SCENARIOS:  # the registry's order, whatever the order on the command line
             if name in args.scenarios:
                 SCENARIOS[name](run)

@@ -219,6 +219,8 @@ class Run:
     competitors: list[str]
     sustained_seconds: float = 600.0
     """How long the sustained scenario enqueues and works."""
+    per_key_flood: int | None = None
+    """The per-key scenario's flood, if not its size's (``--flood``)."""
     results: Results = dataclasses.field(default_factory=Results)
     steps: list[tuple[str, Measurement]] = dataclasses.field(default_factory=list)
 

@@ -13,7 +13,8 @@
 
 The flood is 100,000 jobs in a full run, not the 1,000,000 of the goal: a drain of a million
 jobs, twice per repeat, does not fit a few minutes on the shared two-core machine the benchmark
-runs on; the small keys and their arrival are the goal's own.
+runs on; the small keys and their arrival are the goal's own. ``--flood 1000000`` runs the
+goal's flood.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def plan(run: Run) -> None:
     """Line up the two drains of the fairness workload, the flood latency, and the two drains of
     the per-key limit; the before/after pairs run next to each other in every repeat."""
     shape = FULL if run.sizes.drain_jobs >= 20_000 else QUICK
+    if run.per_key_flood is not None:
+        shape = dataclasses.replace(shape, flood=run.per_key_flood)
     for fair in (False, True):
         run.step(f"per-key: flood drain, {'fair' if fair else 'first in, first out'}", _flood_drain(run, shape, fair))
     run.step("per-key: small keys' first start under a flood", _flood_latency(run, shape))
