@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 import aioqueue
-from tests.support.helpers import eventually, hang_until_cancelled, running
+from tests.support.helpers import eventually, hang_until_cancelled, holding_task, running
 from tests.support.worker import command
 
 
@@ -224,24 +224,13 @@ async def test_ten_thousand_running_jobs_keep_their_leases(q: aioqueue.Queue, db
     # every lease in one statement a beat, and the reaper, running every second all the while,
     # takes none of them back.
     n = 10_000
-    started = 0
-    all_in, release = anyio.Event(), anyio.Event()
-
-    @q.task
-    async def waiting(i: int) -> None:
-        nonlocal started
-        started += 1
-        if started == n:
-            all_in.set()
-        with anyio.fail_after(180):
-            await release.wait()
-
-    await waiting.enqueue_many([{"i": i} for i in range(n)])
+    holding = holding_task(q, n)
+    await holding.task.enqueue_many([{"i": i} for i in range(n)])
     worker = q.worker(concurrency=n, lease=10.0, reap_interval=1.0)
     overdue_sql = "SELECT count(*) FROM aioqueue.jobs WHERE status = 'running' AND lease_expires_at < now()"
     async with running(worker, timeout=60):
         with anyio.fail_after(120):
-            await all_in.wait()
+            await holding.all_in.wait()
         assert worker.heartbeat is not None and worker.executor is not None
         assert len(worker.executor.running) == n
         beats = worker.heartbeat.beats
@@ -258,7 +247,7 @@ async def test_ten_thousand_running_jobs_keep_their_leases(q: aioqueue.Queue, db
         assert row is not None
         assert (row["running"], row["attempts"]) == (n, 1)
         assert len(worker.executor.running) == n  # no handler interrupted for a lost lease
-        release.set()
+        holding.release.set()
         await eventually(lambda: worker.stats.succeeded == n, timeout=120, what="every job to finish")
     assert worker.stats.claimed == n and worker.stats.interrupted == 0
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 0

@@ -4,11 +4,12 @@ again after one burst take the next, and an idle slot never starts a runner of i
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import anyio
 
 import aioqueue
-from tests.support.helpers import eventually, running
+from tests.support.helpers import eventually, holding_task, running
 
 
 async def test_a_claim_reaches_every_idle_runner(q: aioqueue.Queue) -> None:
@@ -66,19 +67,43 @@ async def test_runners_start_only_for_slots_in_use(q: aioqueue.Queue) -> None:
 
 async def test_no_op_jobs_at_a_thousand_slots_start_few_runners(q: aioqueue.Queue) -> None:
     # Jobs that finish without an await are run by the runners already awake: a claim of a
-    # thousand of them must not start (and later wake) a runner per slot, which is work per
-    # slot that no-op jobs would pay per job.
-    runners: set[int] = set()
+    # thousand of them must not start a runner per slot, work per slot that no-op jobs would
+    # pay per job.
+    tasks: list[int] = []
 
     @q.task
     async def quick(i: int) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        runners.add(id(task))
+        if i % 100 == 0:
+            tasks.append(len(asyncio.all_tasks()))
 
     n = 3000
     await quick.enqueue_many([{"i": i} for i in range(n)])
     worker = q.worker(concurrency=1000)
     stats = await worker.run_until_empty()
     assert stats.succeeded == n
-    assert len(runners) < 200, f"{len(runners)} runners for {n} no-op jobs"
+    # The runners and the worker's few services, not a thousand runners.
+    assert max(tasks) < 200, f"{max(tasks)} tasks while {n} no-op jobs ran at concurrency 1000"
+
+
+async def test_a_busy_slot_holds_few_objects_for_the_collector(q: aioqueue.Queue) -> None:
+    # Every object a busy slot holds is walked by the collections that run while it waits, so
+    # what a slot holds is work that grows with the slots. A busy slot holds its runner task,
+    # the handler's coroutine and what it awaits, the job and its attempt; not also a task
+    # group's handle, cancel scope and event per runner (twice as many objects in all).
+    slots = 500
+    holding = holding_task(q, slots, timeout=None)  # released in the finally below
+    await holding.task.enqueue_many([{"i": i} for i in range(slots)])
+    worker = q.worker(concurrency=slots)
+    gc.collect()
+    before = len(gc.get_objects())
+    try:
+        async with running(worker):
+            with anyio.fail_after(30):
+                await holding.all_in.wait()
+            gc.collect()
+            per_slot = (len(gc.get_objects()) - before) / slots
+            holding.release.set()
+            await eventually(lambda: worker.stats.succeeded == slots, what="every slot to finish")
+    finally:
+        holding.release.set()
+    assert per_slot < 25, f"{per_slot:.1f} objects tracked by the collector a busy slot"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
@@ -70,6 +71,37 @@ def noop_task(q: aioqueue.Queue, name: str, **options: Any) -> aioqueue.Task[...
         pass
 
     return noop
+
+
+@dataclasses.dataclass
+class Holding:
+    """A task whose handlers each wait until ``release`` is set; ``all_in`` is set once
+    ``slots`` of them have started."""
+
+    task: aioqueue.Task[..., None]
+    slots: int
+    all_in: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+    release: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+    started: int = 0
+
+
+def holding_task(q: aioqueue.Queue, slots: int, timeout: float | None = 180.0) -> Holding:
+    """Register a task ``hold(i)`` whose handlers all start and then wait for the test's release
+    (at most ``timeout`` seconds each; None: no limit of their own, for a test that counts what a
+    waiting handler holds and releases them in a ``finally``): ``slots`` busy slots at once."""
+
+    async def hold(i: int) -> None:
+        holding.started += 1
+        if holding.started == slots:
+            holding.all_in.set()
+        if timeout is None:
+            await holding.release.wait()
+            return
+        with anyio.fail_after(timeout):
+            await holding.release.wait()
+
+    holding = Holding(q.task(name="hold")(hold), slots)
+    return holding
 
 
 async def hang_until_cancelled(cancelled: anyio.Event) -> None:

@@ -67,6 +67,26 @@ async def test_a_cancellation_from_a_cancelled_scope_is_an_interruption() -> Non
     assert scope.cancelled_caught
 
 
+async def test_a_cancel_request_to_the_plain_task_is_an_interruption() -> None:
+    # The worker's runners are plain asyncio tasks: its shutdown cancels them by request, with
+    # no anyio scope around them.
+    decided: list[str] = []
+
+    async def handler() -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError as exc:
+            decided.append(decide(job(3), exc))
+            raise
+
+    task = asyncio.get_running_loop().create_task(handler())
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert decided == ["interrupted"]  # spends no last attempt
+
+
 def test_interrupt_reasons_name_the_cause() -> None:
     assert "shut down" in Interrupt.SHUTDOWN.value
     assert "lease" in Interrupt.LEASE_LOST.value
