@@ -80,7 +80,8 @@ class Worker:
         self.config = WorkerConfig.from_options(options, base=config) if options or config is None else config
         self.name: str = self.config.name or ""
         self.ready = anyio.Event()
-        """Set once the worker is listening and has looked for work once."""
+        """Set once the worker has started: it is listening, has looked for work once, its
+        registry row is written and the reaper has run."""
         self.notifier: Notifier | None = None
         self.producer: Producer | None = None
         self.executor: Executor | None = None
@@ -181,7 +182,7 @@ class Worker:
         )
         executor = self.executor = Executor(self.app.tasks, self.app.middleware, completer)
         producer = self.producer = Producer(
-            db, cfg, queues=queues, claims=claims, completer=completer, on_lost=self._lost, ready=self.ready
+            db, cfg, queues=queues, claims=claims, completer=completer, on_lost=self._lost
         )
         if self._stop:
             producer.stop()
@@ -203,6 +204,7 @@ class Worker:
                 started = anyio.Event()
                 services.start_soon(self._start_beside_claims, services, producer, completer, self.registry,
                                     self.maintenance, started)
+                services.start_soon(self._ready_once, producer.ready, started)
                 services.start_soon(self.heartbeat.run)
                 services.start_soon(self._upkeep_once_settled, producer, completer, burst)
                 if cfg.listen and not burst:
@@ -267,6 +269,12 @@ class Worker:
                 services.start_soon(registry.run)
         started.set()
         services.start_soon(completer.run)
+
+    async def _ready_once(self, *events: anyio.Event) -> None:
+        """Set :attr:`ready` once every one of ``events`` is set."""
+        for event in events:
+            await event.wait()
+        self.ready.set()
 
     async def _upkeep_once_settled(self, producer: Producer, completer: Completer, burst: bool) -> None:
         """Run maintenance once the producer has caught up with the ready jobs: upkeep
