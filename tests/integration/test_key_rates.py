@@ -5,6 +5,7 @@ starts are pruned; bad rates are refused at the call with nothing written."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import datetime
@@ -166,6 +167,45 @@ async def test_a_wake_up_counts_from_the_claims_database_time(q: aioqueue.Queue,
     assert later is not None and 0 < later <= 30
     # Without the claim's time (an unlimited claim): `since` seconds ago, as before.
     assert await db.fetchval(queries.next_wakeup, ["api"], 0.0, None) == pytest.approx(later, abs=1)
+
+
+
+async def test_a_claim_that_meets_another_on_the_queue_row_keeps_the_wake_up(
+    q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
+) -> None:
+    """Two claims of one key-rate limited queue at once: one holds the queue's row and sets no
+    wake-up (it took nothing; its snapshot saw the key under its rate), the other takes the key's
+    job. The wake-up the second one sets, when the key's window opens again, is not lost: it waits
+    for the row instead of passing over it, and sets it once the first has committed."""
+    queries = for_schema("aioqueue")
+
+    @q.task(name="call", queue="api")
+    async def call(key: str) -> None: ...
+
+    await q.set_key_limits("api", rate=(1, 60.0))
+    await q.tasks["call"].options(partition_key="acme").enqueue_many([{"key": "acme"}] * 2)
+    other = await asyncpg.connect(dsn)
+    try:
+        holder = other.transaction()
+        await holder.start()
+        # What the first claim leaves: the row locked, the wake-up cleared, until it commits.
+        await other.execute("UPDATE aioqueue.queues SET key_rate_wake = NULL WHERE name = 'api'")
+        claiming = await db.fetchval("SELECT pg_backend_pid()")
+
+        async def waiting_or_done() -> bool:
+            return claim.done() or bool(await other.fetchval(
+                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", claiming))
+
+        claim = asyncio.ensure_future(db.fetch(queries.claim_timed, ["api"], [5], "w", 60.0, 5, "off"))
+        await eventually(waiting_or_done, what="the claim to finish or wait for the queue's row")
+        await holder.commit()
+        rows = await asyncio.wait_for(claim, 10)
+    finally:
+        await other.close()
+    [taken] = [r["id"] for r in rows if r["id"] is not None]
+    started = await db.fetchval("SELECT locked_at FROM aioqueue.jobs WHERE id = $1", taken)
+    wake = await db.fetchval("SELECT key_rate_wake FROM aioqueue.queues WHERE name = 'api'")
+    assert wake == started + 60 * SECOND
 
 
 def _key_limits(settings: dict[str, Any]) -> tuple[Any, ...]:
