@@ -344,6 +344,11 @@ async def test_an_expired_lease_is_reaped_when_the_clock_passes_it(app: aioqueue
         assert [(a.id, a.attempt, a.outcome) for a in await drain(app)] == [(job, 2, "succeeded")]
 
 
+async def running_jobs(app: aioqueue.Queue, n: int) -> bool:
+    async with app.connection() as conn:
+        return bool(await conn.fetchval(f"SELECT count(*) = $1 FROM {app.schema}.jobs WHERE status = 'running'", n))
+
+
 async def test_a_rate_window_passes_when_the_clock_moves(app: aioqueue.Queue) -> None:
     first = anyio.Event()
 
@@ -364,8 +369,12 @@ async def test_a_rate_window_passes_when_the_clock_moves(app: aioqueue.Queue) ->
             async with anyio.create_task_group() as tg:
                 tg.start_soon(drained)
                 # The limit holds the second back for an hour of the queue's time, and the drain
-                # waits for it (as run_until_empty does) until the clock moves.
+                # waits for it (as run_until_empty does) until the clock moves. The clock moves
+                # once the first job's outcome is written: an hour on, a lease still held would
+                # have expired, and the worker's reaper (its start-up pass may still be to come)
+                # would rightly take the first job back.
                 await first.wait()
+                await eventually(lambda: running_jobs(app, 0), what="the first job's outcome written")
                 await clock.advance(hours=1)
         assert [(a.args, a.outcome) for a in ran] == [({"n": 1}, "succeeded"), ({"n": 2}, "succeeded")]
 
