@@ -133,6 +133,10 @@ class Completer:
         self._room.set()
         self.writes = 0
         """Batches written so far: a claim made before a write may have missed the slots it freed."""
+        self.stirs = 0
+        """Batches written so far that may have made a job ready on a queue without limits: any
+        with an outcome other than success, or whose successes woke workflow dependants or
+        groups. A burst that ends claims again only after such a write (or on a limited queue)."""
         self.progress_interval = progress_interval
         self._progress: dict[ClaimKey, Reported] = {}
         self._progress_due: float | None = None
@@ -255,9 +259,10 @@ class Completer:
             batch, self._batch = self._batch.split(self.batch_size)
             self._ready.clear()
             claims = batch.claims()
+            stirs = len(batch) > len(batch.done_ids)  # failures, reschedules, cancels, suspends
             self.writing.update(claims)
             try:
-                await self._write(batch)
+                stirs = await self._write(batch) or stirs
             except BaseException:
                 unwritten = set(batch.claims())
                 self.on_written([c for c in claims if c not in unwritten])
@@ -267,6 +272,8 @@ class Completer:
                 self.writing.difference_update(claims)
                 self._room.set()
             self.writes += 1
+            if stirs:
+                self.stirs += 1
             self.on_written(claims)
         self._idle.set()
 
@@ -332,13 +339,15 @@ class Completer:
         if len(batch):
             self._ready.set()
 
-    async def _write(self, batch: _Batch) -> None:
+    async def _write(self, batch: _Batch) -> bool:
         async with self.db.connection() as conn:
-            await self._write_on(conn, batch)
+            return await self._write_on(conn, batch)
 
-    async def _write_on(self, conn: Connection, batch: _Batch) -> None:
+    async def _write_on(self, conn: Connection, batch: _Batch) -> bool:
         """Write ``batch`` on ``conn``, one statement per kind; a kind written is emptied, so a
-        failure leaves only the unwritten ones in the batch."""
+        failure leaves only the unwritten ones in the batch. Return whether its successes
+        woke workflow dependants or groups (see :attr:`stirs`)."""
+        flowed = False
         stmts, mode = self.db.statements, self.commit_mode
         if self._progress:  # the batch's last progress first: after its outcome, the fence drops it
             await self._write_progress(conn, batch.claims())
@@ -346,7 +355,8 @@ class Completer:
             b = stmts.complete(
                 ids=batch.done_ids, attempts=batch.done_attempts, results=batch.done_results, commit_mode=mode
             )
-            await conn.execute(b.sql, *b.args)
+            row = await conn.fetchrow(b.sql, *b.args)
+            flowed = row is not None and bool(row["flowed"])
             batch.done_ids, batch.done_attempts, batch.done_results = [], [], []
         if batch.failures:
             f = batch.failures
@@ -382,3 +392,4 @@ class Completer:
             b = stmts.suspend(ids=[x[0] for x in s], attempts=[x[1] for x in s], commit_mode=mode)
             await conn.execute(b.sql, *b.args)
             batch.suspends = []
+        return flowed

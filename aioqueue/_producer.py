@@ -193,6 +193,7 @@ class Producer:
                     await self._wait_for_capacity()
                     continue
                 writes = self.completer.writes if self.completer is not None else 0
+                stirs = self.completer.stirs if self.completer is not None else 0
                 jobs = await self.claim_with_retry(free, per_queue, hand_over)
                 self.ready.set()
                 self.prefetch.handed_over(len(jobs), len(jobs) == free, time.monotonic())
@@ -207,15 +208,21 @@ class Producer:
                     continue  # every slot filled: there may be more ready right now
                 if not burst:
                     await self.wait()
-                elif jobs:
                     continue
-                elif self.claims.active:
+                if jobs:
+                    continue
+                if self.claims.active:
                     await self._wait_for_capacity()
-                elif self.completer is not None and not self.completer.idle:
-                    await self.completer.wait_idle()  # outcomes first: a retry may be ready at once
-                elif self.completer is not None and self.completer.writes != writes:
-                    continue  # outcomes written since the claim may have freed limited slots
-                elif self.limited and await self._held_back():
+                    continue
+                if self.completer is not None:
+                    if not self.completer.idle:
+                        await self.completer.wait_idle()  # outcomes first: a retry may be ready at once
+                    # Claim again if outcomes written since the claim may have made jobs ready: a
+                    # retry due now, a woken dependant or group callback, a limited queue's slot.
+                    # Successes that woke nothing leave the claim's answer standing.
+                    if self.completer.writes != writes and (self.limited or self.completer.stirs != stirs):
+                        continue
+                if self.limited and await self._held_back():
                     await self.wait()  # ready jobs a limit holds back: not empty yet
                 elif started is not None:
                     more, started = await started(), None

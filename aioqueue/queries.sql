@@ -539,7 +539,9 @@ notified AS (
     UNION ALL
     {slots_freed($5)}
 )
-SELECT count(*), (SELECT count(*) FROM notified) + (SELECT count(*) FROM flowed) AS notified
+-- `flowed` (0 or 1): whether the batch woke dependants or groups, which may have made jobs ready.
+SELECT count(*), (SELECT count(*) FROM notified) + (SELECT count(*) FROM flowed) AS notified,
+       (SELECT count(*) FROM flowed) AS flowed
 FROM finished WHERE {commit_mode($6)};
 
 -- name: fail
