@@ -7,7 +7,7 @@ claiming, lets running handlers finish within ``grace_period``, interrupts the r
 back to pending without spending an attempt), writes every outcome, and closes the listener.
 The worker wires the services together; each owns its own state (claiming in the producer,
 held claims in :class:`~aioqueue._claims.Claims`, outcomes in the executor, writes in the
-completer).
+completer, cancel requests in :class:`~aioqueue._cancel_watch.CancelWatch`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from anyio.abc import TaskGroup
 from . import _progress as progress
 from . import _steps as steps
 from . import _stop_signals as stop_signals
+from ._cancel_watch import CancelWatch
 from ._claims import ClaimKey, Claims
 from ._completer import Completer
 from ._config import WorkerConfig, WorkerOptions
@@ -194,6 +195,8 @@ class Worker:
             db, reap_interval=cfg.reap_interval or 1.0, archive_retention=cfg.archive_retention,
             vacuum_threshold=cfg.vacuum_threshold, vacuum_interval=min(VACUUM_INTERVAL, cfg.reap_interval or 1.0),
         )
+        cancels = CancelWatch(db, claims, interval=cfg.poll_interval, interrupt=executor.interrupt,
+                              interrupt_job=executor.interrupt_job)
         try:
             async with anyio.create_task_group() as services:
                 served = {t.name: t.queue for t in self.app.tasks.values() if t.queue in queues}
@@ -211,11 +214,11 @@ class Worker:
                     channels: dict[str, Callable[[str], None]] = {
                         db.channels.jobs: producer.wake,
                         db.channels.due: producer.on_due,
-                        db.channels.cancel: self._on_cancel,
+                        db.channels.cancel: cancels.notified,
                     }
                     self.notifier = Notifier(db, channels, producer.reconnected, ping_interval=cfg.ping_interval)
                     await services.start(self.notifier.run)
-                services.start_soon(self._watch_cancels)
+                services.start_soon(cancels.run)
                 periodics = [p for p in self.app.periodics.values() if p.task.queue in queues]
                 if periodics and not burst:
                     self.scheduler = Scheduler(db, periodics)
@@ -346,32 +349,6 @@ class Worker:
         """The lease of ``claim`` is lost (reaped, or the job claimed again): stop its handler."""
         if self.executor is not None:
             self.executor.interrupt(claim, Interrupt.LEASE_LOST)
-
-    def _on_cancel(self, payload: str) -> None:
-        """A cancel request arrived by NOTIFY: interrupt the job if it runs here."""
-        if self.executor is not None and payload.isdigit():
-            self.executor.interrupt_job(int(payload), Interrupt.CANCELLED)
-
-    async def _watch_cancels(self) -> None:
-        """Poll for cancel requests of held jobs: the backstop for a lost notification."""
-        db = self.app.database
-        failing = False
-        while True:
-            await anyio.sleep(self.config.poll_interval)
-            held = self.claims.held()
-            if not held or self.executor is None:
-                continue
-            try:
-                async with db.connection() as conn:
-                    rows = await conn.fetch(db.queries.cancel_requests, [i for i, _ in held], [a for _, a in held])
-            except Exception as exc:
-                if not failing:  # once per outage, not once a tick
-                    logger.warning("checking for cancel requests failed (%s: %s)", type(exc).__name__, exc)
-                failing = True
-                continue
-            failing = False
-            for row in rows:
-                self.executor.interrupt((row["id"], row["attempts"]), Interrupt.CANCELLED)
 
     async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

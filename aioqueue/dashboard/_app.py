@@ -1,6 +1,6 @@
 """The dashboard's routes: pages that read through :class:`~aioqueue._admin.Admin` and actions
-(POST, checked for their origin and CSRF token, confirmed when destructive, logged) that steer
-through it. Nothing a request carries reaches SQL text: every value is read through
+(POST, in :mod:`._actions`: checked for their origin and CSRF token, confirmed when destructive,
+logged) that steer through it. Nothing a request carries reaches SQL text: every value is read through
 :mod:`.inputs` and is a parameter of Admin's named statements.
 """
 
@@ -10,16 +10,14 @@ import contextlib
 import dataclasses
 import datetime
 import functools
-import logging
 from collections.abc import AsyncIterator, Iterable
 from importlib import resources
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import anyio
 import jinja2
 from starlette.applications import Starlette
-from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -27,8 +25,9 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .._admin import JOB_STATUSES, BulkAction
-from .._errors import AioqueueError, ConfigurationError
+from .._admin import JOB_STATUSES
+from .._errors import ConfigurationError
+from . import _actions as actions
 from . import _charts as charts
 from . import _inputs as inputs
 from . import _keys as keys
@@ -45,9 +44,7 @@ from ._security import (
     basic_user,
     check_credentials,
     credentials_from_env,
-    csrf_ok,
     csrf_token,
-    from_served_origin,
 )
 
 if TYPE_CHECKING:
@@ -55,14 +52,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Authorizer", "create_app"]
 
-logger = logging.getLogger("aioqueue.dashboard")
-
-A = TypeVar("A", bound=str)
-
-#: Actions that change or remove jobs for good: each asks for a confirmation first.
-DESTRUCTIVE = frozenset({"cancel", "delete"})
-JOB_ACTIONS: tuple[BulkAction, ...] = ("retry", "cancel", "delete")
-QUEUE_ACTIONS = ("pause", "resume", "limits")
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -230,102 +219,6 @@ class Dashboard:
         rows = await self.admin.list_workers()
         return self.render(request, "workers.html", nav="workers", workers=rows)
 
-    # -- actions -------------------------------------------------------------------------------
-
-    async def _action(self, request: Request, allowed: Iterable[A]) -> tuple[A, FormData, str, str]:
-        """An action's name (one of ``allowed``), its checked form, who asks, and where to go after."""
-        asked = str((await request.form()).get("action", ""))
-        action = next((name for name in allowed if name == asked), None)
-        if action is None:
-            raise HTTPException(400, f"unknown action {asked!r}")
-        form, who = await self._form(request, action)
-        return action, form, who, _back(request, form)
-
-    async def _form(self, request: Request, action: str) -> tuple[FormData, str]:
-        if self.read_only:
-            raise HTTPException(403, "this dashboard is read-only")
-        who = await self._who(request, action)
-        if not from_served_origin(request, self.hosts):
-            raise HTTPException(
-                403, "the form did not come from this dashboard: its Origin (or Referer) header must "
-                "name the address the dashboard is served at",
-            )
-        form = await request.form()
-        if not csrf_ok(request, form.get(CSRF_FIELD)):
-            raise HTTPException(403, "the form's CSRF token is missing or wrong: reload the page and try again")
-        await self._open()
-        return form, who
-
-    async def job_action(self, request: Request) -> Response:
-        """Retry, cancel or delete jobs: those selected (``ids``) or every job the filter
-        matches (``scope=filter``), in bounded batches."""
-        action, form, who, back = await self._action(request, JOB_ACTIONS)
-        scope = str(form.get("scope", "ids"))
-        try:
-            if scope == "filter":
-                where = inputs.job_filter({k: str(form.get(k, "")).strip() for k in FILTER_FIELDS})
-                target = f"every {where.status} job" + "".join(
-                    f" {k}={v!r}" for k, v in (("queue", where.queue), ("task", where.task), ("args", where.args),
-                                               ("key", where.partition_key)) if v is not None)
-            else:
-                ids = inputs.job_ids(form.getlist("ids"))
-                if not ids:
-                    return _redirect(back, "select at least one job")
-                where, target = None, f"job(s) {', '.join(map(str, ids))}"
-            if (action in DESTRUCTIVE or scope == "filter") and form.get("confirmed") != "1":
-                return self.render(request, "confirm.html", nav="jobs", action=action, target=target,
-                                   fields=[(k, str(v)) for k, v in form.multi_items()
-                                           if k not in (CSRF_FIELD, "confirmed")])
-            if where is not None:
-                done = await self.admin.bulk(action, where, batch=self.bulk_batch)
-            elif action == "retry":
-                done = len(await self.admin.retry_dead(ids))
-            elif action == "cancel":
-                done = len(await self.admin.cancel_jobs(ids))
-            else:
-                done = len(await self.admin.delete_jobs(ids))
-        except ConfigurationError as exc:
-            return self.render(request, "refused.html", 400, nav="jobs", heading=f"{action.capitalize()} refused",
-                               error=str(exc), nothing_changed=True, back=back)
-        logger.info("dashboard: %s %s by %s: %d job(s)", action, target, who, done)
-        return _redirect(back, f"{action}: {done} job(s)")
-
-    async def queue_action(self, request: Request) -> Response:
-        """Pause, resume or set the limits of a queue."""
-        action, form, who, back = await self._action(request, QUEUE_ACTIONS)
-        name = str(form.get("queue", ""))
-        try:
-            if action in ("pause", "resume"):
-                await self.admin.set_paused(name, action == "pause")
-                done = f"{action}d queue {name}"
-            else:
-                concurrency = inputs.optional_int(form.get("concurrency"), "concurrency")
-                rate_count = inputs.optional_int(form.get("rate_count"), "rate count")
-                period_text = str(form.get("rate_period", "")).strip()
-                rate = None if rate_count is None else (rate_count, float(period_text or "1"))
-                await self.admin.set_limits(name, concurrency=concurrency, rate=rate)
-                done = f"limits of queue {name}: concurrency {concurrency}, rate {rate}"
-        except (AioqueueError, ValueError) as exc:
-            return _redirect(back, f"{action} refused: {exc}")
-        logger.info("dashboard: %s by %s", done, who)
-        return _redirect(back, done)
-
-
-def _back(request: Request, form: FormData) -> str:
-    """Where to go after an action: the form's ``next`` if it is a path in this app."""
-    root = request.url_for("queues").path
-    target = str(form.get("next", ""))
-    if target.startswith(root.rstrip("/") + "/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return root
-
-
-def _redirect(back: str, notice: str) -> RedirectResponse:
-    path, _, query = back.partition("?")
-    kept = [p for p in query.split("&") if p and not p.startswith("notice=")]
-    kept.append(urlencode({"notice": notice}))
-    return RedirectResponse(f"{path}?{'&'.join(kept)}", 303)
-
 
 def create_app(
     queue: Queue,
@@ -391,8 +284,10 @@ def create_app(
             Route("/groups", functools.partial(workflows.groups_page, dashboard), name="groups"),
             Route("/groups/{group_id}", functools.partial(workflows.group_page, dashboard), name="group"),
             Route("/workflows/{job_id}", functools.partial(workflows.workflow_page, dashboard), name="workflow"),
-            Route("/actions/jobs", dashboard.job_action, methods=["POST"], name="job_action"),
-            Route("/actions/queues", dashboard.queue_action, methods=["POST"], name="queue_action"),
+            Route("/actions/jobs", functools.partial(actions.job_action, dashboard), methods=["POST"],
+                  name="job_action"),
+            Route("/actions/queues", functools.partial(actions.queue_action, dashboard), methods=["POST"],
+                  name="queue_action"),
             Mount("/static", static, name="static"),
         ],
     )
