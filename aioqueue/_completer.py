@@ -131,6 +131,8 @@ class Completer:
         self._idle.set()
         self._room = Flag()
         self._room.set()
+        # Raised by hurry(): no more outcomes are coming soon, so the gathering ends now.
+        self._hurry = Flag()
         self.writes = 0
         """Batches written so far: a claim made before a write may have missed the slots it freed."""
         self.stirs = 0
@@ -233,9 +235,10 @@ class Completer:
             await self._ready.wait(None if due is None else max(0.0, due - time.monotonic()))
             if not len(self._batch):
                 self._ready.clear()  # woken for progress only
-            elif len(self._batch) < self.batch_size and self.interval > 0:
+            elif len(self._batch) < self.batch_size and self.interval > 0 and not self._hurry.is_set():
                 # Let a burst of outcomes gather into one statement.
-                await anyio.sleep(self.interval)
+                await self._hurry.wait(self.interval)
+            self._hurry.clear()
             try:
                 await self.flush()
                 due = self._progress_due
@@ -321,6 +324,11 @@ class Completer:
         except Exception as exc:
             logger.debug("warming up the outcome writes failed (%s: %s)", type(exc).__name__, exc)
         self.warmed.set()
+
+    def hurry(self) -> None:
+        """Write what is buffered without waiting for more to gather: its caller knows no more
+        outcomes are coming soon (a burst's last handler has finished)."""
+        self._hurry.set()
 
     async def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until nothing is buffered; return whether that happened within ``timeout``."""

@@ -216,6 +216,7 @@ class Producer:
                     continue
                 if self.completer is not None:
                     if not self.completer.idle:
+                        self.completer.hurry()  # no handler runs: nothing more will gather
                         await self.completer.wait_idle()  # outcomes first: a retry may be ready at once
                     # Claim again if outcomes written since the claim may have made jobs ready: a
                     # retry due now, a woken dependant or group callback, a limited queue's slot.

@@ -3,6 +3,8 @@ outcomes written since its empty claim cannot have made a job ready."""
 
 from __future__ import annotations
 
+import anyio
+
 import aioqueue
 from aioqueue import chain, chord
 
@@ -65,3 +67,17 @@ async def test_plain_successes_end_the_burst_without_claiming_again(q: aioqueue.
     # they ran stand: no claim follows the last write of successes that woke nothing.
     assert worker.producer.completer is not None
     assert worker.producer.completer.stirs == 0
+
+
+async def test_the_last_outcomes_are_written_without_waiting_for_more_to_gather(q: aioqueue.Queue) -> None:
+    @q.task
+    async def noop() -> None:
+        pass
+
+    await noop.enqueue_many([{}] * 3)
+    # Outcomes gather for up to completion_interval before a write; once the burst's last
+    # handler is done none can come, so the end does not wait that interval out.
+    worker = q.worker(concurrency=8, completion_interval=10.0)
+    with anyio.fail_after(5):
+        stats = await worker.run_until_empty()
+    assert stats.succeeded == 3
