@@ -94,7 +94,7 @@ class WorkerRegistry:
     async def unregister(self) -> None:
         """Delete the row."""
         async with self.db.connection() as conn:
-            await conn.execute(self.db.queries.unregister_worker, self.name)
+            await conn.execute(self.db.queries.unregister_worker, self.name, "off")
 
     async def run(self, first: Connection | None = None) -> None:
         """Refresh every ``interval`` until cancelled, the first time on ``first`` if given (a

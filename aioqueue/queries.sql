@@ -883,8 +883,10 @@ ON CONFLICT (name) DO UPDATE SET last_seen = pg_catalog.now(), counts = EXCLUDED
 RETURNING w.started_at;
 
 -- name: unregister_worker
--- A worker stops cleanly: its row goes at once.
-DELETE FROM {schema}.workers AS w WHERE w.name = $1;
+-- A worker stops cleanly: its row goes at once. The commit does not wait for its WAL flush
+-- ($2: 'off'): it is the last statement of a worker's run, and a server crash that lost it
+-- would only leave a row that expires like a crashed worker's.
+DELETE FROM {schema}.workers AS w WHERE w.name = $1 AND {commit_mode($2)};
 
 -- name: list_workers
 -- Live workers (seen in the last $1 seconds of the wall clock, as register_worker counts them),

@@ -55,6 +55,22 @@ async def test_claims_and_outcomes_skip_the_wal_flush_unless_durable(
     assert await db.fetchval("SHOW synchronous_commit") == "on"  # only for that transaction
 
 
+async def test_a_stopping_worker_removes_its_registry_row_without_the_wal_flush(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    # The last statement of a worker's run: a server crash that lost it leaves a row that expires.
+    await db.execute("INSERT INTO aioqueue.workers (name, host, pid, queues, concurrency, version) "
+                     "VALUES ('w', 'h', 1, '{default}', 1, 'v')")
+    tx = db.transaction()
+    await tx.start()
+    try:
+        await db.execute(q.database.queries.unregister_worker, "w", "off")
+        assert await db.fetchval("SELECT count(*) FROM aioqueue.workers") == 0
+        assert await db.fetchval("SHOW synchronous_commit") == "off"
+    finally:
+        await tx.rollback()
+
+
 async def test_enqueue_stays_durable(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
     @q.task
     async def noop() -> None: ...
