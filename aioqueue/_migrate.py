@@ -78,8 +78,15 @@ def plan_sql(schema: str, applied: int = 0) -> str:
 
 
 async def applied_version(conn: Connection, schema: str) -> int:
-    """Return the schema's version, 0 when it has never been migrated."""
+    """Return the schema's version, 0 when it has never been migrated. Outside a transaction
+    that is one statement (a worker's first, before its first claim), its missing table the
+    rare answer 0; inside one, whose error would abort it, the table is looked up first."""
     q = for_schema(schema)
+    if not conn.is_in_transaction():
+        try:
+            return int(await conn.fetchval(q.schema_version))
+        except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
+            return 0
     if not await conn.fetchval(q.schema_exists, f"{schema}.migrations"):
         return 0
     return int(await conn.fetchval(q.schema_version))
