@@ -32,14 +32,14 @@ BUILTIN_ARRAYS: dict[int, tuple[str, int]] = {
 }
 
 
-def _type_rows() -> list[dict[str, Any]]:
-    """The types as asyncpg's type introspection would describe them (the fields it reads)."""
-    return [
-        {"oid": oid, "ns": "pg_catalog", "name": name, "kind": b"b", "basetype": None, "elemtype": elem,
-         "elemdelim": ",", "range_subtype": None, "attrtypoids": None, "attrnames": None, "depth": 0,
-         "basetype_name": None, "elemtype_name": None, "range_subtype_name": None}
-        for oid, (name, elem) in BUILTIN_ARRAYS.items()
-    ]
+#: The types as asyncpg's type introspection would describe them (the fields it reads), built
+#: once: asyncpg only reads them.
+_TYPE_ROWS: list[dict[str, Any]] = [
+    {"oid": oid, "ns": "pg_catalog", "name": name, "kind": b"b", "basetype": None, "elemtype": elem,
+     "elemdelim": ",", "range_subtype": None, "attrtypoids": None, "attrnames": None, "depth": 0,
+     "basetype_name": None, "elemtype_name": None, "range_subtype_name": None}
+    for oid, (name, elem) in BUILTIN_ARRAYS.items()
+]
 
 
 def declare(conn: asyncpg.Connection) -> bool:
@@ -47,7 +47,7 @@ def declare(conn: asyncpg.Connection) -> bool:
     through asyncpg's codec settings, which its API does not name: should they change, the
     connection is left as it was and asyncpg describes the types itself, as it always could."""
     try:
-        conn._protocol.get_settings().register_data_types(_type_rows())  # type: ignore[attr-defined]
+        conn._protocol.get_settings().register_data_types(_TYPE_ROWS)  # type: ignore[attr-defined]
     except Exception as exc:
         logger.debug("could not declare the built-in array types (%s: %s)", type(exc).__name__, exc)
         return False
