@@ -26,7 +26,7 @@ from aioqueue import _migrate as migrate
 from aioqueue._config import WorkerConfig
 from aioqueue._producer import Producer
 from aioqueue._task import MAX_DELAY_SECONDS
-from tests.support.helpers import LoopHarness, closed_after, noop_task
+from tests.support.helpers import LoopHarness, closed_after, noop_task, recording_task
 
 T = TypeVar("T")
 MAX_BYTES = 300
@@ -349,12 +349,7 @@ async def test_extreme_schedules_and_priorities(q: aioqueue.Queue, db: asyncpg.C
 async def test_rows_written_behind_aioqueues_back_become_dead_not_a_crash_loop(
     q: aioqueue.Queue, db: asyncpg.Connection
 ) -> None:
-    runs: list[int] = []
-
-    @q.task(max_attempts=1)
-    async def take(n: int) -> None:
-        runs.append(n)
-
+    _, runs = recording_task(q, "take", max_attempts=1)
     await db.execute(
         "INSERT INTO aioqueue.jobs (task, args, max_attempts) VALUES "
         "('no such task; DROP TABLE x', '{}', 3), "  # unknown task
@@ -452,12 +447,7 @@ async def test_argument_limits_name_the_argument(q: aioqueue.Queue, db: asyncpg.
 async def test_rows_python_cannot_decode_go_dead_without_their_batch_mates(
     q: aioqueue.Queue, db: asyncpg.Connection
 ) -> None:
-    runs: list[int] = []
-
-    @q.task(max_attempts=5)
-    async def ping(n: Any) -> None:
-        runs.append(n if isinstance(n, int) else -1)
-
+    _, runs = recording_task(q, "ping", max_attempts=5)
     await db.execute(
         "INSERT INTO aioqueue.jobs (queue, task, args) VALUES "
         "('default', 'ping', ('{\"n\":' || repeat('[', 1100) || repeat(']', 1100) || '}')::jsonb), "

@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 import aioqueue
-from tests.support.helpers import eventually, hang_until_cancelled, holding_task, running
+from tests.support.helpers import eventually, hang_until_cancelled, holding_task, recording_task, running
 from tests.support.worker import command
 
 
@@ -119,12 +119,7 @@ async def test_reaper_returns_expired_jobs_or_kills_spent_ones(q: aioqueue.Queue
 async def test_a_worker_started_after_a_crash_reaps_before_its_first_claim(
     q: aioqueue.Queue, db: asyncpg.Connection
 ) -> None:
-    ran: list[int] = []
-
-    @q.task
-    async def work(n: int) -> None:
-        ran.append(n)
-
+    work, ran = recording_task(q, "work")
     await work.enqueue_many([{"n": 1}, {"n": 2}])
     # A worker died holding both: their leases ran out, nobody has reaped them yet.
     await db.execute("UPDATE aioqueue.jobs SET status = 'running', attempts = 1, locked_by = 'ghost', "

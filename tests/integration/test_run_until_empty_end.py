@@ -7,6 +7,7 @@ import anyio
 
 import aioqueue
 from aioqueue import chain, chord
+from tests.support.helpers import noop_task
 
 
 async def test_a_retry_due_at_once_from_the_last_outcome_runs_before_the_burst_ends(q: aioqueue.Queue) -> None:
@@ -54,11 +55,7 @@ async def test_a_group_callback_released_by_the_last_member_runs_before_the_burs
 
 
 async def test_plain_successes_end_the_burst_without_claiming_again(q: aioqueue.Queue) -> None:
-    @q.task
-    async def noop() -> None:
-        pass
-
-    await noop.enqueue_many([{}] * 3)
+    await noop_task(q, "noop").enqueue_many([{}] * 3)
     worker = q.worker(concurrency=8)
     stats = await worker.run_until_empty()
     assert stats.succeeded == 3

@@ -45,10 +45,7 @@ async def test_future_jobs_are_not_claimed(q: aioqueue.Queue, db: asyncpg.Connec
 
 
 async def test_claim_never_takes_more_than_asked(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
-    @q.task
-    async def noop() -> None:
-        pass
-
+    noop = noop_task(q, "noop")
     await noop.enqueue_many([{}] * 10)
     producer = Producer(q.database, WorkerConfig(name="w", lease=60), queues=["default"])
     jobs = await producer.claim(3)
@@ -64,10 +61,7 @@ async def test_claim_never_takes_more_than_asked(q: aioqueue.Queue, db: asyncpg.
 async def test_claimed_jobs_are_handed_over_before_the_connection_goes_back(
     q: aioqueue.Queue, db: asyncpg.Connection, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    @q.task
-    async def noop() -> None:
-        pass
-
+    noop = noop_task(q, "noop")
     await noop.enqueue_many([{}] * 4)
     producer = Producer(q.database, WorkerConfig(name="w", lease=60), queues=["default"])
     pool = q.database.pool
@@ -98,11 +92,7 @@ async def test_claimed_jobs_are_handed_over_before_the_connection_goes_back(
 
 
 async def test_claims_in_batches_up_to_free_capacity(q: aioqueue.Queue) -> None:
-    @q.task
-    async def noop() -> None:
-        pass
-
-    await noop.enqueue_many([{}] * 200)
+    await noop_task(q, "noop").enqueue_many([{}] * 200)
     worker = q.worker(concurrency=50)
     stats = await worker.run_until_empty()
     assert stats.succeeded == 200
@@ -325,10 +315,7 @@ async def test_retry_and_purge_dead(q: aioqueue.Queue, db: asyncpg.Connection) -
 
 
 async def test_finishing_writes_are_fenced_by_the_claim(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
-    @q.task
-    async def noop() -> None:
-        pass
-
+    noop = noop_task(q, "noop")
     await noop.enqueue()
     stale, fresh = await reclaimed(q, db)
     assert (stale.id, stale.attempt, fresh.attempt) == (fresh.id, 1, 2)
@@ -353,7 +340,6 @@ async def test_a_flush_writes_at_most_batch_size_outcomes_a_statement(
     q: aioqueue.Queue, db: asyncpg.Connection
 ) -> None:
     noop = noop_task(q, "noop")
-
     await noop.enqueue_many([{}] * 25)
     jobs = await Producer(q.database, WorkerConfig(name="w", lease=60), queues=["default"]).claim(25)
     assert len(jobs) == 25

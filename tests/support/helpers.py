@@ -61,6 +61,19 @@ async def running(worker: aioqueue.Worker, timeout: float = 30.0) -> AsyncIterat
             worker.stop()
 
 
+def recording_task(q: aioqueue.Queue, name: str, **options: Any) -> tuple[aioqueue.Task[..., None], list[Any]]:
+    """Register a task called ``name`` (with the task ``options``) whose handler takes one
+    argument, ``n``, and records it; return the task and the values recorded, in the order its
+    jobs ran. A job whose arguments do not fit ``n`` fails as any handler's would."""
+    runs: list[Any] = []
+
+    @q.task(name=name, **options)
+    async def record(n: Any) -> None:
+        runs.append(n)
+
+    return record, runs
+
+
 def noop_task(q: aioqueue.Queue, name: str, **options: Any) -> aioqueue.Task[..., None]:
     """Register a task called ``name`` (with the task ``options``) that takes any keyword
     arguments and does nothing: for tests of where jobs go, how they are stored, listed or
