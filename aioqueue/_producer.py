@@ -174,11 +174,13 @@ class Producer:
         *,
         burst: bool = False,
         started: Callable[[], Awaitable[bool]] | None = None,
+        listen: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         """Claim jobs and hand each claim's jobs to ``runners`` until stopped (or, in ``burst``
         mode, until no job is ready, none is running and every outcome is written). ``started``:
         awaited once before a burst ends, it waits for the worker's other first statements
-        and returns whether they may have made jobs ready (the reaper's), to claim again."""
+        and returns whether they may have made jobs ready (the reaper's), to claim again.
+        ``listen``: awaited the first time a burst finds jobs a limit holds back: its wake-ups."""
 
         def hand_over(jobs: list[Job]) -> None:
             if jobs:
@@ -224,7 +226,13 @@ class Producer:
                     if self.completer.writes != writes and (self.limited or self.completer.stirs != stirs):
                         continue
                 if self.limited and await self._held_back():
-                    await self.wait()  # ready jobs a limit holds back: not empty yet
+                    # Ready jobs a limit holds back: wait for the outcome that frees a slot to wake
+                    # us. The first time, listen, then look again (a slot freed before woke no one).
+                    if listen is not None:
+                        await listen()
+                        listen = None
+                    else:
+                        await self.wait()
                 elif started is not None:
                     more, started = await started(), None
                     if not more:

@@ -210,14 +210,14 @@ class Worker:
                 services.start_soon(self._ready_once, producer.ready, started)
                 services.start_soon(self.heartbeat.run)
                 services.start_soon(self._upkeep_once_settled, producer, completer, burst)
+                channels: dict[str, Callable[[str], None]] = {
+                    db.channels.jobs: producer.wake,
+                    db.channels.due: producer.on_due,
+                    db.channels.cancel: cancels.notified,
+                }
+                notifier = self.notifier = Notifier(db, channels, producer.reconnected, ping_interval=cfg.ping_interval)
                 if cfg.listen and not burst:
-                    channels: dict[str, Callable[[str], None]] = {
-                        db.channels.jobs: producer.wake,
-                        db.channels.due: producer.on_due,
-                        db.channels.cancel: cancels.notified,
-                    }
-                    self.notifier = Notifier(db, channels, producer.reconnected, ping_interval=cfg.ping_interval)
-                    await services.start(self.notifier.run)
+                    await services.start(notifier.run)
                 services.start_soon(cancels.run)
                 periodics = [p for p in self.app.periodics.values() if p.task.queue in queues]
                 if periodics and not burst:
@@ -238,7 +238,9 @@ class Worker:
                     return maintenance.reaped > 0
 
                 try:
-                    await self._work(producer, executor, completer, burst, reaped_at_start)
+                    # A burst listens only once a limit holds its jobs back (see Producer.run).
+                    listen = functools.partial(services.start, notifier.run) if cfg.listen and burst else None
+                    await self._work(producer, executor, completer, burst, reaped_at_start, listen)
                 finally:
                     self._serving = False
                     services.cancel_scope.cancel()
@@ -308,6 +310,7 @@ class Worker:
         completer: Completer,
         burst: bool,
         started: Callable[[], Awaitable[bool]],
+        listen: Callable[[], Awaitable[object]] | None,
     ) -> None:
         # Where the handlers' durable steps are stored: the runners, started from here, inherit it.
         steps.bind(completer.db)
@@ -316,7 +319,7 @@ class Worker:
         async with anyio.create_task_group() as group:
             group.start_soon(runners.join)  # the group waits for the runners, or cancels them
             try:
-                await producer.run(runners.hand_over, burst=burst, started=started)
+                await producer.run(runners.hand_over, burst=burst, started=started, listen=listen)
             finally:
                 runners.give_back()
                 runners.close()

@@ -86,3 +86,32 @@ async def test_jobs_enqueued_while_listener_is_down_are_caught_up(
         await ping.enqueue()  # its NOTIFY reaches nobody
         await eventually(lambda: len(starts) == 1, timeout=15, what="the missed job to be caught up")
         assert notifier.connects == 2  # it was the reconnect that found it, not a notification
+
+
+async def test_a_burst_held_back_by_a_key_limit_wakes_when_the_key_frees(q: aioqueue.Queue) -> None:
+    """Two bursts on a queue with a per-key limit of 1: the one whose claim finds the key's next
+    job held back (the other runs its first) is woken by the outcome that frees the key, not at
+    its poll of a minute, and so is the other if it is held back in turn."""
+    gate, first_started = anyio.Event(), anyio.Event()
+    ran: list[int] = []
+
+    @q.task(queue="tenants")
+    async def work(n: int) -> None:
+        if n == 1:
+            first_started.set()
+            with anyio.fail_after(30):
+                await gate.wait()
+        ran.append(n)
+
+    await q.set_key_limits("tenants", concurrency=1)
+    await work.options(partition_key="a").enqueue_many([{"n": 1}, {"n": 2}])
+    holder = q.worker(concurrency=1, prefetch=0, poll_interval=60)
+    held = q.worker(concurrency=1, poll_interval=60)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(holder.run_until_empty)
+            await first_started.wait()
+            tg.start_soon(held.run_until_empty)
+            await held.ready.wait()  # its first claim found job 2 held back
+            gate.set()
+    assert sorted(ran) == [1, 2]
