@@ -1,6 +1,6 @@
 """A queue's per-key settings: whether its claims take partition keys in turn, how many jobs of
 one key may run at once and how many may start per interval, across every worker (migrations
-0018, 0020, 0022, 0024 and 0025, ``claim_keyed``); and the operator's view of its keys: the
+0018, 0020, 0022, 0024, 0025 and 0026, ``claim_keyed``); and the operator's view of its keys: the
 busiest ones, with their running and pending jobs."""
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, {schema}.now(), NULL;
 -- concurrency_limit running and rate_limit claimed per rate_period, across all workers (the
 -- caller locks those queues' rows first, in the same transaction, see lock_queues). A queue
 -- that is fair or has a per-key limit (of concurrency or rate) is claimed by claim_keyed
--- (migrations 0018, 0020, 0022, 0024 and 0025), first, and the others by claim_jobs with the room left.
+-- (migrations 0018, 0020, 0022, 0024, 0025 and 0026), first, and the others by claim_jobs with the room left.
 WITH settings AS MATERIALIZED (
     SELECT s.name, s.paused, s.concurrency_limit, s.rate_limit, s.rate_period, s.recent_starts,
            s.fair OR s.key_concurrency_limit IS NOT NULL OR s.key_rate_limit IS NOT NULL AS keyed
