@@ -17,7 +17,7 @@ import functools
 import logging
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -94,9 +94,21 @@ class Executor:
         """Cancel every running handler; return how many."""
         return sum(self.interrupt(claim, reason) for claim in list(self.running))
 
-    async def execute(self, job: Job, runner: asyncio.Task[Any] | None = None) -> None:
-        """Run ``job``'s handler to an outcome and hand that outcome to the completer; ``runner``
-        is the task this runs in (looked up when not given)."""
+    def attempt_of(self, runner: asyncio.Task[Any]) -> _Attempt:
+        """The record of the attempts the runner task ``runner`` runs, one at a time (see
+        :meth:`start`); call it in that task, which keeps it for every job it takes."""
+        attempt = _Attempt(None, runner)
+        if self.middleware:  # only middleware read the attempt from the context
+            _attempt.set(attempt)
+        return attempt
+
+    def start(self, job: Job, attempt: _Attempt) -> Awaitable[Any] | None:
+        """Start ``job``'s attempt in the runner of ``attempt``: return the handler's call (its
+        middleware and timeout included) for the runner to await and hand to :meth:`ended`,
+        or None if there is nothing to call (its outcome is recorded already).
+
+        The runner awaits the handler itself, with no coroutine of the executor's between:
+        at thousands of slots a frame per job is a share of what the collector walks."""
         task = self.tasks.get(job.task)
         if task is None:
             self._fail(
@@ -105,76 +117,79 @@ class Executor:
                 f"(known: {', '.join(sorted(self.tasks)) or 'none'})",
                 dead=True,
             )
-            return
+            return None
         problem = task.arguments_problem(job.args)  # jobs enqueued by name or by SQL: checked here
         if problem is not None:
             self._fail(job, "dead", f"TypeError: {problem}", task=task, dead=True)
-            return
-
+            return None
         claim = claim_of(job)
-        runner = runner or asyncio.current_task()
-        assert runner is not None  # execute() always runs in a task
-        attempt = self.running[claim] = _Attempt(job, runner)
-        job_token = _current.set(job)
-        # Only middleware read the attempt from the context: the plain path skips the cost.
-        attempt_token = _attempt.set(attempt) if self.middleware else None
-        started = time.perf_counter()
+        attempt.begin(job, claim, time.perf_counter())
+        self.running[claim] = attempt
+        # Not reset when the handler ends: only the runner's own code runs in its context
+        # until the next job replaces it, and a reset would build the context's map once more.
+        _current.set(job)
         try:
-            try:
-                if self.middleware:
-                    # A partial, not a lambda: a closure would make cells of this frame's
-                    # variables on every call, middleware or not (garbage the collector scans).
-                    result = await call_with_middleware(self.middleware, job, functools.partial(self._call, task, job))
-                elif task.timeout is None:
-                    result = await task.fn(**job.args)  # no timeout to apply: no wrapper either
-                else:
-                    result = await self._call(task, job)
-            finally:
-                alone = attempt.taken_back()
-        except asyncio.CancelledError as exc:
-            if attempt.cancel_sent and alone:
-                # The worker interrupted this handler, and nothing else cancels the runner.
-                self._interrupted(job, attempt.interrupt or Interrupt.SHUTDOWN, started)
-                return
-            outcome = decide(job, exc)
-            if outcome == "interrupted" or attempt.cancel_sent:
-                # The worker itself is being cancelled: record the interruption, then unwind.
-                self._count(job, "interrupted", started)
-                self.completer.rescheduled(job, 0.0, f"Interrupted: {Interrupt.SHUTDOWN.value}")
-                raise
-            # Raised by the handler itself while nothing cancels this worker: a failed attempt.
-            self._fail(job, outcome, describe_error(exc), task=task, started=started)
-        except Snooze as exc:
-            self._count(job, "snoozed", started)
-            if isinstance(exc, Suspended):  # at a sleep or an event wait: due when it wakes
-                self.counts["suspended"] += 1
-                self.completer.suspended(job)
-            else:
-                self.completer.rescheduled(job, exc.delay)
-        except Retry as exc:
-            reason = exc.reason or "handler asked for a retry"
-            self._fail(job, decide(job, exc), f"Retry: {reason}", task=task, delay=exc.delay, started=started)
-        except Abort as exc:
-            self._fail(job, "dead", f"Abort: {exc.reason}", task=task, dead=True, started=started)
-        except HandlerTimeout as exc:
-            self._fail(job, decide(job, exc), f"TimeoutError: {exc}", task=task, started=started)
-        except BaseException as exc:  # a handler's error, of any kind, must never stop the worker
-            self._fail(job, decide(job, exc), describe_error(exc), task=task, started=started)
-        else:
+            if self.middleware:
+                # A partial, not a lambda: a closure would make cells of this frame's
+                # variables on every call, middleware or not (garbage the collector scans).
+                return call_with_middleware(self.middleware, job, functools.partial(self._call, task, job))
+            if task.timeout is None:
+                return task.fn(**job.args)  # no timeout to apply: no wrapper either
+            return self._call(task, job)
+        except BaseException as exc:  # calling it raised before it ran: an attempt that failed
+            self.ended(attempt, exc)
+            return None
+
+    def ended(self, attempt: _Attempt, error: BaseException | None, result: Any = None) -> None:
+        """The handler :meth:`start` called in the runner of ``attempt`` returned ``result``
+        or raised ``error``: hand its outcome to the completer. Re-raises ``error`` when it is
+        the runner's own cancellation (the worker is being cancelled), once that is recorded."""
+        job, started = attempt.job, attempt.started
+        assert job is not None
+        alone = not attempt.cancel_sent or attempt.taken_back()
+        del self.running[attempt.claim]
+        attempt.job = None
+        written = stored_by(job)  # durable steps, sleeps and waits this run stored
+        if written:
+            for kind, n in written.items():
+                self.counts[STORED_COUNTS[kind]] += n
+        if error is None:
             self._count(job, "succeeded", started)
             # A task that does not archive may still be a workflow's dependency, whose result is
             # archived for its dependants (the database decides): send any result there is.
             stored = None if result is None else payload.encode_result(result, f"job {job.id} (task {job.task!r})")
             self.completer.succeeded(job, stored)
-        finally:
-            del self.running[claim]
-            written = stored_by(job)  # durable steps, sleeps and waits this run stored
-            if written:
-                for kind, n in written.items():
-                    self.counts[STORED_COUNTS[kind]] += n
-            if attempt_token is not None:
-                _attempt.reset(attempt_token)
-            _current.reset(job_token)
+            return
+        task = self.tasks[job.task]
+        if isinstance(error, asyncio.CancelledError):
+            if attempt.cancel_sent and alone:
+                # The worker interrupted this handler, and nothing else cancels the runner.
+                self._interrupted(job, attempt.interrupt or Interrupt.SHUTDOWN, started)
+                return
+            outcome = decide(job, error)
+            if outcome == "interrupted" or attempt.cancel_sent:
+                # The worker itself is being cancelled: record the interruption, then unwind.
+                self._count(job, "interrupted", started)
+                self.completer.rescheduled(job, 0.0, f"Interrupted: {Interrupt.SHUTDOWN.value}")
+                raise error
+            # Raised by the handler itself while nothing cancels this worker: a failed attempt.
+            self._fail(job, outcome, describe_error(error), task=task, started=started)
+        elif isinstance(error, Snooze):
+            self._count(job, "snoozed", started)
+            if isinstance(error, Suspended):  # at a sleep or an event wait: due when it wakes
+                self.counts["suspended"] += 1
+                self.completer.suspended(job)
+            else:
+                self.completer.rescheduled(job, error.delay)
+        elif isinstance(error, Retry):
+            reason = error.reason or "handler asked for a retry"
+            self._fail(job, decide(job, error), f"Retry: {reason}", task=task, delay=error.delay, started=started)
+        elif isinstance(error, Abort):
+            self._fail(job, "dead", f"Abort: {error.reason}", task=task, dead=True, started=started)
+        elif isinstance(error, HandlerTimeout):
+            self._fail(job, decide(job, error), f"TimeoutError: {error}", task=task, started=started)
+        else:  # a handler's error, of any kind, must never stop the worker
+            self._fail(job, decide(job, error), describe_error(error), task=task, started=started)
 
     async def _call(self, task: Task[Any, Any], job: Job) -> Any:
         """Call the handler under the task's timeout (the one place it is applied)."""

@@ -40,17 +40,26 @@ class HandlerTimeout(TimeoutError):
 
 @dataclasses.dataclass(slots=True)
 class _Attempt:
-    """One running handler: the task it runs in and why the worker interrupted it, if it did.
+    """The attempt one runner task is running now: its job, when it started, and why the worker
+    interrupted it, if it did.
 
-    An interruption cancels that task natively, once, and the executor takes the cancellation
-    back (``uncancel``) when the handler ends: no cancel scope is entered per job, which costs as
-    much as a no-op job's whole claim and outcome share of the worker's CPU.
+    Each runner keeps one for its whole life and reuses it for every job it takes (``job`` is
+    None between jobs): a busy slot then holds no object of the executor's own for the
+    collector to walk. An interruption cancels the runner's task natively, once, and the
+    executor takes the cancellation back (``uncancel``) when the handler ends: no cancel scope
+    is entered per job, which costs as much as a no-op job's whole claim and outcome share of
+    the worker's CPU.
     """
 
-    job: Job
+    job: Job | None
     task: asyncio.Task[Any]
     interrupt: Interrupt | None = None
     cancel_sent: bool = False
+    claim: tuple[int, int] = (0, 0)
+    started: float = 0.0
+
+    def begin(self, job: Job, claim: tuple[int, int], started: float) -> None:
+        self.job, self.claim, self.started, self.interrupt, self.cancel_sent = job, claim, started, None, False
 
     def cancel(self, reason: Interrupt) -> None:
         if self.interrupt is None:

@@ -200,6 +200,8 @@ class Runners:
     async def _run(self) -> None:
         task = asyncio.current_task()  # the one an interruption of this runner's job cancels
         assert task is not None
+        executor = self._executor
+        attempt = executor.attempt_of(task)
         # Started for a job: take it (if another runner has not already) and pass the start on.
         self._unstarted.discard(task)
         self._woken -= 1
@@ -215,8 +217,14 @@ class Runners:
                 if self._stopping():
                     # Claimed but not started when shutdown began: give it back untouched.
                     self._completer.rescheduled(job, 0.0)
-                else:
-                    await self._executor.execute(job, task)
+                elif (call := executor.start(job, attempt)) is not None:
+                    # The handler is awaited here, in the runner's own frame (see start()).
+                    try:
+                        result = await call
+                    except BaseException as error:
+                        executor.ended(attempt, error)
+                    else:
+                        executor.ended(attempt, None, result)
             except Exception:
                 # Only a bug in aioqueue's own bookkeeping gets here (handlers' errors are
                 # outcomes): say so loudly and keep the worker's other jobs running. The job's
