@@ -1,14 +1,25 @@
-"""Create and upgrade the aioqueue schema from the numbered SQL files in ``migrations/``.
+"""Create and upgrade the aioqueue schema from the SQL files in ``migrations/``.
 
-Each file ``NNNN_name.sql`` is one version. ``migrate`` applies the missing ones in order, all
-in one transaction under an advisory lock, so several processes may migrate at once and every
-one of them returns with the schema at the newest version. It never drops data.
+Each numbered file ``NNNN_name.sql`` is one version: tables, indexes, data moves, forward only.
+Each file of ``migrations/functions/`` is the current definition of one SQL function
+(``CREATE OR REPLACE``), re-applied, every one, by a run that applies a numbered version and
+reaches the newest: after the numbered files, in the same transaction, under the same advisory
+lock, with function bodies checked only when called (as ``pg_dump`` restores them), since a
+body may name a function of a file applied after it. ``migrate`` applies the missing versions
+in order, so several processes may migrate at once and every one of them returns with the
+schema at the newest version. It never drops data.
+
+A run that stops below the newest version (``to=``, a step of the rolling-upgrade tests) applies
+numbered files only and leaves the functions as they were: a function file is written for the
+newest tables. So no numbered file drops a function that running workers call; a function
+file drops the signature it replaces, just before creating the new one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import re
 import zlib
 from importlib import resources
@@ -34,6 +45,11 @@ class Migration:
         """Return this migration's SQL for ``schema``."""
         return self.sql.replace("{schema}", validate_schema(schema))
 
+    @property
+    def has_statements(self) -> bool:
+        """False for a file of comments alone (a version whose change is in function files)."""
+        return any(line.strip() and not line.lstrip().startswith("--") for line in self.sql.splitlines())
+
 
 @functools.cache
 def migrations() -> tuple[Migration, ...]:
@@ -48,6 +64,39 @@ def migrations() -> tuple[Migration, ...]:
     if versions != list(range(1, len(found) + 1)):
         raise RuntimeError(f"aioqueue migrations are not numbered 1..n: {versions}")
     return tuple(found)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FunctionFile:
+    """The current definition of one SQL function, named as its file."""
+
+    name: str
+    sql: str
+
+    def render(self, schema: str) -> str:
+        """Return this definition's SQL for ``schema``."""
+        return self.sql.replace("{schema}", validate_schema(schema))
+
+
+@functools.cache
+def functions() -> tuple[FunctionFile, ...]:
+    """Every function file shipped with this version of aioqueue, by name."""
+    folder = resources.files(__package__).joinpath("migrations", "functions")
+    found = [FunctionFile(entry.name.removesuffix(".sql"), entry.read_text("utf-8"))
+             for entry in folder.iterdir() if entry.name.endswith(".sql")]
+    return tuple(sorted(found, key=lambda f: f.name))
+
+
+def functions_digest() -> str:
+    """The SHA-256 of the function files as the database gets them: each file's name and its
+    lines but those that begin with ``--`` (the files' prose, which the database does not keep;
+    a comment inside a body is indented). The numbered migration that comes with a change to
+    the functions records it in a line ``-- functions: <digest>``."""
+    digest = hashlib.sha256()
+    for f in functions():
+        kept = "\n".join(line for line in f.sql.splitlines() if not line.startswith("--"))
+        digest.update(f"{f.name}\0{kept}\0".encode())
+    return digest.hexdigest()
 
 
 def latest_version() -> int:
@@ -66,7 +115,8 @@ def _preamble(schema: str) -> str:
 
 
 def plan_sql(schema: str, applied: int = 0) -> str:
-    """Return the SQL that migrating from version ``applied`` would run, as one script."""
+    """Return the SQL that migrating from version ``applied`` would run, as one script: the
+    numbered migrations it lacks, then, if there are any, every function file."""
     validate_schema(schema)
     parts = [_preamble(schema)]
     for m in migrations():
@@ -74,6 +124,11 @@ def plan_sql(schema: str, applied: int = 0) -> str:
             parts.append(f"-- {m.version:04d}_{m.name}\n{m.render(schema)}")
             # A script to read and run by hand: the values are this package's own constants.
             parts.append(f"INSERT INTO {schema}.migrations (version, name) VALUES ({m.version}, '{m.name}');")
+    if applied < latest_version():
+        parts.append("-- functions: the current definitions (migrations/functions/), bodies checked when called\n"
+                     "SET check_function_bodies = off;")
+        parts.extend(f"-- functions/{f.name}.sql\n{f.render(schema)}" for f in functions())
+        parts.append("RESET check_function_bodies;")
     return "\n\n".join(parts) + "\n"
 
 
@@ -113,6 +168,8 @@ async def migrate(conn: Connection, schema: str, *, to: int | None = None) -> li
 
 
 async def _migrate_once(conn: Connection, schema: str, to: int) -> list[int]:
+    """One try, in one transaction: the numbered migrations after the schema's version up to
+    ``to``, then, if it applied any and reached the newest, every function file."""
     q = for_schema(schema)
     applied: list[int] = []
     async with conn.transaction():
@@ -123,7 +180,13 @@ async def _migrate_once(conn: Connection, schema: str, to: int) -> list[int]:
         for m in migrations():
             if m.version <= current or m.version > to:
                 continue
-            await conn.execute(m.render(schema))
+            if m.has_statements:
+                await conn.execute(m.render(schema))
             await conn.execute(q.record_migration, m.version, m.name)
             applied.append(m.version)
+        if applied and to >= latest_version():
+            await conn.execute(q.function_checks, "off")
+            for f in functions():
+                await conn.execute(f.render(schema))
+            await conn.execute(q.function_checks, "on")
     return applied

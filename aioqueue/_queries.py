@@ -38,6 +38,7 @@ class Queries:
     create_schema: str
     create_migrations_table: str
     migration_lock: str
+    function_checks: str
     schema_exists: str
     schema_version: str
     record_migration: str

@@ -24,6 +24,12 @@ CREATE TABLE IF NOT EXISTS {schema}.migrations (
 -- Migrations take turns per schema: a transaction-scoped advisory lock on key $1.
 SELECT pg_advisory_xact_lock($1);
 
+-- name: function_checks
+-- Migrations, around the function files: $1 'off' leaves their bodies unchecked until called
+-- (a body may name a function of a file applied after it), 'on' checks again; this
+-- transaction only.
+SELECT set_config('check_function_bodies', $1, true);
+
 -- name: schema_exists
 -- Whether the migrations table exists ($1: its qualified name); false before the first migrate.
 SELECT to_regclass($1) IS NOT NULL;

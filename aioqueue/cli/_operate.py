@@ -24,7 +24,8 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         description="Create or upgrade the aioqueue schema; safe to run from several places at once.",
     )
     migrate.add_argument("--sql", "--dry-run", dest="sql", action="store_true",
-                         help="print the SQL the migration would run, and run nothing")
+                         help="print the SQL the migration would run (the numbered migrations, then the "
+                         "function files), and run nothing")
 
     status = commands.add_parser(
         "status", parents=[common], help="show every queue's backlog and throughput",

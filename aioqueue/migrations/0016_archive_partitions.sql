@@ -3,7 +3,7 @@
 --
 -- jobs_done becomes a table partitioned by range of finished_at: a partition a day (UTC days,
 -- by the queue's clock), named jobs_done_YYYYMMDD and created ahead by the workers' maintenance
--- (archive_partitions below); jobs_done_default takes a row no day covers (the days ahead were
+-- (archive_partitions()); jobs_done_default takes a row no day covers (the days ahead were
 -- not made, or a test moved the clock), so an archiving statement never fails for want of one.
 --
 -- Upgrading keeps the archive in place. The table as it was is renamed jobs_done_legacy and
@@ -60,93 +60,27 @@ CREATE TABLE {schema}.jobs_done_default PARTITION OF {schema}.jobs_done DEFAULT;
 -- Rows here (and in the old table) are pruned one by one, oldest first, through this.
 CREATE INDEX jobs_done_default_finished_at_idx ON {schema}.jobs_done_default (finished_at);
 
--- Make the partitions of the days from today (the queue's clock, UTC) to `ahead` days after it
--- that no partition covers yet, moving into each the rows the default partition holds for its
--- day. Returns how many it made. One caller at a time (a transaction-level advisory lock;
--- the others return 0 at once); lock_timeout bounds the wait for the default partition.
-CREATE FUNCTION {schema}.archive_partitions(ahead int) RETURNS int
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
+-- New: archive_partitions(), defined in functions/archive_partitions.sql.
+
+-- New: archive_retire(), defined in functions/archive_retire.sql.
+
+-- The partitions of the days from the old table's bound to two days after today, as the workers'
+-- maintenance makes them ahead (archive_partitions(2)); the default partition is new and empty,
+-- so no row moves into them.
+DO $migration$
 DECLARE
     today timestamptz := date_trunc('day', {schema}.now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
-    covered timestamptz;
-    day timestamptz;
+    day timestamptz := date_trunc('day', greatest(
+        {schema}.now(), (SELECT max(finished_at) FROM {schema}.jobs_done_legacy)) AT TIME ZONE 'UTC')
+        AT TIME ZONE 'UTC' + interval '1 day';
     part text;
-    made int := 0;
 BEGIN
-    IF NOT pg_try_advisory_xact_lock(hashtext('aioqueue.archive.' || '{schema}')) THEN
-        RETURN 0;
-    END IF;
-    -- The end of the newest bounded partition: every day before it is covered (or retired).
-    SELECT max((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']*)''\)'))[1]::timestamptz)
-    INTO covered
-    FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
-    WHERE i.inhparent = '{schema}.jobs_done'::regclass;
-    day := greatest(today, coalesce(covered, today));
-    WHILE day <= today + make_interval(days => ahead) LOOP
+    WHILE day <= today + interval '2 days' LOOP
         part := 'jobs_done_' || to_char(day AT TIME ZONE 'UTC', 'YYYYMMDD');
-        PERFORM set_config('lock_timeout', '2s', true);
         EXECUTE format('CREATE TABLE {schema}.%I (LIKE {schema}.jobs_done INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', part);
-        EXECUTE format(
-            'WITH moved AS (DELETE FROM {schema}.jobs_done_default AS d '
-            'WHERE d.finished_at >= %L AND d.finished_at < %L RETURNING d.*) '
-            'INSERT INTO {schema}.%I SELECT * FROM moved', day, day + interval '1 day', part);
         EXECUTE format('ALTER TABLE {schema}.jobs_done ATTACH PARTITION {schema}.%I FOR VALUES FROM (%L) TO (%L)',
                        part, day, day + interval '1 day');
-        made := made + 1;
         day := day + interval '1 day';
     END LOOP;
-    RETURN made;
 END
-$$;
-
--- Retention: drop every partition that ends at or before now() - `retention` (DROP TABLE: a
--- catalog change, whatever its size), and delete, oldest first, up to `batch` rows older than
--- that from each of the two partitions without a day (the old table and the default one).
--- A day's rows therefore live at least `retention`, and at most a day longer. The drop waits
--- at most a second for the parent's lock (in-flight archive writes hold it briefly); a drop
--- that could not get it is left to the next pass. Returns (partitions dropped, rows deleted).
-CREATE FUNCTION {schema}.archive_retire(retention interval, batch int,
-                                        OUT dropped int, OUT deleted bigint)
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    cutoff timestamptz := {schema}.now() - retention;
-    part record;
-    n bigint;
-BEGIN
-    dropped := 0;
-    deleted := 0;
-    IF NOT pg_try_advisory_xact_lock(hashtext('aioqueue.archive.' || '{schema}')) THEN
-        RETURN;
-    END IF;
-    FOR part IN
-        SELECT c.relname,
-               (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']*)''\)'))[1]::timestamptz AS upper_bound
-        FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
-        WHERE i.inhparent = '{schema}.jobs_done'::regclass
-    LOOP
-        IF part.upper_bound IS NOT NULL AND part.upper_bound <= cutoff THEN
-            BEGIN
-                PERFORM set_config('lock_timeout', '1s', true);
-                EXECUTE format('DROP TABLE {schema}.%I', part.relname);
-                dropped := dropped + 1;
-            EXCEPTION WHEN lock_not_available THEN
-                NULL;
-            END;
-        ELSIF part.relname IN ('jobs_done_legacy', 'jobs_done_default') THEN
-            EXECUTE format(
-                'DELETE FROM {schema}.%I AS d WHERE d.ctid = ANY (ARRAY('
-                'SELECT o.ctid FROM {schema}.%I AS o WHERE o.finished_at < $1 '
-                'ORDER BY o.finished_at LIMIT $2 FOR UPDATE SKIP LOCKED))', part.relname, part.relname)
-            USING cutoff, batch;
-            GET DIAGNOSTICS n = ROW_COUNT;
-            deleted := deleted + n;
-        END IF;
-    END LOOP;
-END
-$$;
-
-SELECT {schema}.archive_partitions(2);
+$migration$;

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 import sys
-import tarfile
 from collections.abc import AsyncIterator
-from io import BytesIO
 from pathlib import Path
 
 import anyio
@@ -27,8 +24,7 @@ import aioqueue
 from aioqueue import _migrate as migrate
 from aioqueue._queries import for_schema
 from tests.support.helpers import eventually, running, terminated_after
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.releases import old_release
 
 OLD_WORKER = '''
 import asyncio, os, sys
@@ -67,26 +63,6 @@ asyncio.run(main())
 '''
 
 
-def _old_release(version: int, into: Path) -> Path:
-    """Extract the package as it was when ``version`` was its newest migration; return where.
-
-    Along main's first parent, so a migration that arrived in a merge is found at that merge."""
-    nxt = f"aioqueue/migrations/{version + 1:04d}_*.sql"
-    added = subprocess.run(
-        ["git", "-C", str(ROOT), "log", "--first-parent", "-m", "--diff-filter=A", "--format=%H", "--", nxt],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()
-    if not added:
-        raise RuntimeError(f"no git history of {nxt}: the upgrade tests need the repository's history")
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", f"{added[-1]}^", "aioqueue"], capture_output=True, check=True
-    ).stdout
-    target = into / f"release_{version}"
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(target, filter="data")
-    return target
-
-
 @contextlib.asynccontextmanager
 async def _old_worker(dsn: str, code: Path, *, archive: bool = False) -> AsyncIterator[anyio.abc.Process]:
     env = {"DSN": dsn, "OLD_CODE": str(code), "PATH": "/usr/bin:/bin", **({"ARCHIVE": "1"} if archive else {})}
@@ -108,7 +84,7 @@ async def _done(db: asyncpg.Connection, who: str) -> int:
 async def test_old_workers_keep_working_across_each_migration_and_beside_new_ones(
     empty_dsn: str, tmp_path: Path, old_version: int
 ) -> None:
-    code = await anyio.to_thread.run_sync(_old_release, old_version, tmp_path)
+    code = await anyio.to_thread.run_sync(old_release, old_version, tmp_path)
     db = await asyncpg.connect(empty_dsn)
     try:
         await db.execute("CREATE TABLE seen (n bigint PRIMARY KEY, who text NOT NULL)")
@@ -151,7 +127,7 @@ async def test_partitioning_the_archive_keeps_it_under_archiving_workers_of_the_
     partition), the old workers go on archiving into the partitioned table, and get_job finds
     jobs archived before and after."""
     [version] = [m.version for m in migrate.migrations() if m.name == "archive_partitions"]
-    code = await anyio.to_thread.run_sync(_old_release, version - 1, tmp_path)
+    code = await anyio.to_thread.run_sync(old_release, version - 1, tmp_path)
     db = await asyncpg.connect(empty_dsn)
     q = for_schema("aioqueue")
     try:

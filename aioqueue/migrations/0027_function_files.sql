@@ -1,0 +1,18 @@
+-- SQL functions are defined once: each in a file of aioqueue/migrations/functions/ that holds
+-- its current definition (CREATE OR REPLACE), applied, every one, after the numbered migrations
+-- by each migration run that applies a numbered one and reaches the newest version, in that
+-- run's transaction (aioqueue/_migrate.py). The numbered migrations before this one restated
+-- whole functions at each change; they now keep only tables, indexes and data moves (and now()
+-- in 0012, which the columns' defaults it sets call; 0016's data move makes its partitions of
+-- the days ahead itself rather than through archive_partitions()).
+-- A database that ran them as they were never runs them again; tests/integration/
+-- test_migration_paths.py upgrades the database of every earlier release and finds the schema
+-- of a fresh install.
+--
+-- This version changes no table. Coming with the function files, it has every database apply
+-- them: one that ran an earlier text of a landed migration ends with the definitions a fresh
+-- install gets. A later change to a function file comes with a numbered migration too (comments
+-- alone will do, saying what changed and why) that records the files' digest, as below:
+-- workers check the schema's version, and tests/unit/test_function_files.py the digest.
+--
+-- functions: 2ad36c36e60bf9358553c1a75d1caa30b57afe8c5e54e5a1a261149bb3876b56

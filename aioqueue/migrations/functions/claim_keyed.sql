@@ -1,0 +1,264 @@
+-- claim_keyed(queues, wanted, worker, lease_seconds, total, commit_mode): claim_jobs() for the
+-- queues that are fair or have a per-key limit.
+--
+-- Within a queue: the highest priority with pending keyed jobs first; within a priority, keys in
+-- turn (byte order, going round), starting after the key the last claim served; one job per
+-- key per turn, its oldest ready one, read from jobs_partition_ready_idx whatever the
+-- statistics say (with statistics taken while the queue held one key, the plain ready index
+-- would look as good, and cost the queue's length per key served). A key at its concurrency
+-- limit, or at its rate (key_rate_limit starts per key_rate_period seconds, counted in
+-- key_starts), is passed over. The walk stops when the queue's share is claimed, when a whole
+-- round took nothing, after one round under a per-key concurrency limit no greater than a
+-- key's turn (each key gave in its turn all the room it had: another round would probe every
+-- key again for nothing), or after a bounded number of key probes (the cursor moves, so the
+-- next claim goes on from there): its cost follows the jobs claimed and the keys passed over,
+-- never the number of pending keys or jobs. Jobs without a key fill the room keys leave, from the
+-- head of the queue's ready order.
+--
+-- Claims of one queue run side by side (without a global limit, the caller does not lock the
+-- queue's settings row), and a per-key limit holds by a lock per key: a job of a key is taken
+-- only under a transaction-level advisory lock on (queue, key), tried without waiting (a key
+-- another claim holds is passed over, as SKIP LOCKED passes over a row), and the key's running
+-- jobs are counted in a statement that starts after the lock is held, so it sees what the
+-- claims that held it before took. Workers of releases before 0022 still lock the queue's row
+-- first; they take turns among themselves and hold the per-key locks like the others. The
+-- cursor moves unless a concurrent claim holds the queue's row, which then moves it. A key-rate
+-- limited queue's starts and its next wake-up are recorded through note_key_starts().
+CREATE OR REPLACE FUNCTION {schema}.claim_keyed(
+    queues        text[],
+    wanted        int[],
+    worker        text,
+    lease_seconds float8,
+    total         int,
+    commit_mode   text
+) RETURNS TABLE (
+    id           bigint,
+    queue        text,
+    task         text,
+    args         text,
+    priority     int,
+    attempts     int,
+    max_attempts int,
+    run_at       timestamptz,
+    created_at   timestamptz
+)
+LANGUAGE plpgsql
+SET jit = off
+-- Every statement below is planned once per session, not at each call: their parameters change
+-- at every call (the cursor, the level, the keys), and custom plans cost more to make than the
+-- statements cost to run; the plans hold whatever the values (the plan tests' table states).
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    budget      int := coalesce($5, 0);
+    q           text;
+    want        int;
+    per_key     int;
+    key_rate    int;
+    key_period  float8;
+    seen_keys   text[] COLLATE "C";
+    pass_seen   text[] COLLATE "C";
+    start_key   text COLLATE "C";
+    served      text COLLATE "C";
+    lo          text COLLATE "C";
+    hi          text COLLATE "C";
+    last_key    text COLLATE "C";
+    pass_ids    bigint[];
+    pass_keys   text[] COLLATE "C";
+    walked      int;
+    walk_limit  int;
+    per_turn    int;
+    circle_keys int;
+    level       int;
+    below       int;
+    wrapped     boolean;
+    probes      int;
+    max_probes  int;
+    before      int;
+    -- The keys of a pass that may take a job, locked for this transaction (see below).
+    cand_keys   text[] COLLATE "C";
+    -- The class of the per-key advisory locks: this schema's keyed claims.
+    key_class   CONSTANT int := hashtext('{schema}.claim_keyed');
+    -- The jobs this call takes (locked, still pending until the one UPDATE at the end) and, in
+    -- the queue at hand, the key of each: the per-key limit counts them beside the running ones.
+    picked      bigint[] := '{}';
+    picked_keys text[] COLLATE "C" := '{}';
+BEGIN
+    -- Local to the caller's transaction (a SET clause above would end with the function).
+    PERFORM set_config('synchronous_commit', coalesce($6, current_setting('synchronous_commit')), true);
+    FOR i IN 1 .. coalesce(array_length($1, 1), 0) LOOP
+        q := $1[i];
+        want := least($2[i], budget);
+        CONTINUE WHEN want IS NULL OR want <= 0;
+        budget := budget - want;  -- given back below for what this queue does not take
+        picked_keys := '{}';
+        seen_keys := '{}';
+        SELECT s.key_concurrency_limit, s.key_cursor, s.key_rate_limit, s.key_rate_period
+        INTO per_key, start_key, key_rate, key_period
+        FROM {schema}.queues AS s WHERE s.name = q;
+        served := start_key;
+        probes := 0;
+        -- Keys passed over (at their limit, or with nothing ready) cost a probe each: enough
+        -- for a full claim past a few hundred of them.
+        max_probes := 4 * want + 256;
+        below := 2147483647;
+        <<levels>>
+        LOOP
+            SELECT j.priority INTO level FROM {schema}.jobs AS j
+            WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q AND j.priority <= below
+            ORDER BY j.priority DESC LIMIT 1;
+            EXIT levels WHEN level IS NULL;
+            -- A circle: the keys after the cursor to the last, then (wrapped) the first ones up
+            -- to the cursor, in passes of at most `want` keys, one statement each.
+            lo := coalesce(start_key, '');
+            hi := NULL;
+            wrapped := false;
+            per_turn := 1;
+            circle_keys := 0;
+            LOOP
+                EXIT levels WHEN want <= 0 OR probes >= max_probes;
+                walk_limit := least(want, max_probes - probes);
+                WITH RECURSIVE walk(k, n) AS (
+                    SELECT (SELECT j.partition_key FROM {schema}.jobs AS j
+                            WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
+                              AND j.priority = level AND j.partition_key > lo AND (hi IS NULL OR j.partition_key <= hi)
+                            ORDER BY j.partition_key LIMIT 1), 1
+                    UNION ALL
+                    SELECT (SELECT j.partition_key FROM {schema}.jobs AS j
+                            WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
+                              AND j.priority = level AND j.partition_key > w.k AND (hi IS NULL OR j.partition_key <= hi)
+                            ORDER BY j.partition_key LIMIT 1), w.n + 1
+                    FROM walk AS w
+                    WHERE w.k IS NOT NULL AND w.n < walk_limit
+                )
+                -- The keys walked and, of those a per-key limit leaves room in (as this
+                -- statement's snapshot sees them), those this claim could lock: no other claim
+                -- takes a job of a locked key until this one commits. Under no per-key limit,
+                -- every key walked (jobs are locked one by one, SKIP LOCKED, below).
+                SELECT coalesce(array_agg(w.k ORDER BY w.n) FILTER (WHERE CASE
+                           WHEN per_key IS NULL AND key_rate IS NULL THEN true
+                           WHEN per_key - coalesce(array_length(array_positions(picked_keys, w.k), 1), 0) - (
+                               SELECT count(*) FROM {schema}.jobs AS r
+                               WHERE r.status = 'running' AND r.partition_key = w.k AND r.queue = q) <= 0 THEN false
+                           -- The key's rate: its starts inside the window, and this call's picks.
+                           WHEN key_rate - coalesce(array_length(array_positions(picked_keys, w.k), 1), 0) - (
+                               SELECT count(*) FROM {schema}.key_starts AS r
+                               WHERE r.queue = q AND r.partition_key = w.k
+                                 AND r.started_at > {schema}.now() - make_interval(secs => key_period)) <= 0 THEN false
+                           ELSE pg_try_advisory_xact_lock(key_class, hashtext(q || '/' || w.k)) END), '{}'),
+                       count(w.k), max(w.k),
+                       CASE WHEN key_rate IS NOT NULL THEN array_agg(w.k) END
+                INTO cand_keys, walked, last_key, pass_seen
+                FROM walk AS w
+                WHERE w.k IS NOT NULL;
+                -- Each key's turn: its oldest ready jobs, as many as the turn and its limit allow.
+                -- A statement of its own, so its snapshot is taken after the keys were locked: it
+                -- sees every job that the claims that held them before took (a lock is released
+                -- only once its transaction is visible as committed), and counts them.
+                WITH turns AS (
+                    SELECT k.k, c.id
+                    FROM unnest(cand_keys) AS k(k)
+                    CROSS JOIN LATERAL (
+                        SELECT c.id FROM {schema}.jobs AS c
+                        -- The key as a range of one, in the keyed index's order: an order no other
+                        -- index gives without a sort, whatever the statistics say (an equality would
+                        -- drop the key from the order, and statistics of few keys make one key look
+                        -- like the whole queue).
+                        WHERE c.status = 'pending' AND c.partition_key >= k.k AND c.partition_key <= k.k
+                          AND c.queue = q AND c.priority = level AND c.run_at <= {schema}.now()
+                          AND c.id <> ALL (picked)
+                        ORDER BY c.partition_key, c.run_at, c.id
+                        LIMIT greatest(0, least(
+                            per_turn,
+                            CASE WHEN per_key IS NOT NULL THEN per_key - (
+                                SELECT count(*) FROM {schema}.jobs AS r
+                                WHERE r.status = 'running' AND r.partition_key = k.k AND r.queue = q
+                            ) - coalesce(array_length(array_positions(picked_keys, k.k), 1), 0) END,
+                            CASE WHEN key_rate IS NOT NULL THEN key_rate - (
+                                SELECT count(*) FROM {schema}.key_starts AS r
+                                WHERE r.queue = q AND r.partition_key = k.k
+                                  AND r.started_at > {schema}.now() - make_interval(secs => key_period)
+                            ) - coalesce(array_length(array_positions(picked_keys, k.k), 1), 0) END))
+                        FOR UPDATE SKIP LOCKED
+                    ) AS c
+                )
+                SELECT coalesce(array_agg(t.id), '{}'), coalesce(array_agg(t.k), '{}')
+                INTO pass_ids, pass_keys
+                FROM turns AS t;
+                probes := probes + walked + 1;
+                seen_keys := seen_keys || coalesce(pass_seen, '{}');
+                picked := picked || pass_ids;
+                picked_keys := picked_keys || pass_keys;
+                want := want - cardinality(pass_ids);
+                IF cardinality(pass_ids) > 0 THEN
+                    served := (SELECT max(x) FROM unnest(pass_keys) AS x);
+                    circle_keys := circle_keys + (SELECT count(DISTINCT x) FROM unnest(pass_keys) AS x);
+                END IF;
+                IF walked >= walk_limit THEN
+                    lo := last_key;  -- more keys in this circle
+                    CONTINUE;
+                END IF;
+                IF NOT wrapped AND start_key IS NOT NULL THEN
+                    wrapped := true;  -- go round to the first key, up to the cursor
+                    lo := '';
+                    hi := start_key;
+                    CONTINUE;
+                END IF;
+                -- A circle is done: another one, if it took anything, sharing what is left among
+                -- the keys that had jobs to give; unless a per-key limit no greater than the turn
+                -- gave each of them all the room it had (another circle would walk every key of
+                -- the queue again for nothing, most of them at their limit).
+                EXIT WHEN circle_keys = 0 OR per_key <= per_turn;
+                per_turn := greatest(1, ceil(want::numeric / circle_keys)::int);
+                circle_keys := 0;
+                lo := '';
+                hi := NULL;
+                wrapped := true;
+                last_key := NULL;
+            END LOOP;
+            EXIT levels WHEN level = -2147483647;
+            below := level - 1;
+        END LOOP;
+        IF probes >= max_probes THEN
+            served := coalesce(last_key, served);  -- the next claim goes on from where this one stopped
+        END IF;
+        IF want > 0 THEN
+            -- Jobs without a key, from the head of the ready order (a bounded window of it).
+            before := cardinality(picked);
+            picked := picked || ARRAY(
+                SELECT c.id FROM {schema}.jobs AS c
+                WHERE c.id = ANY (ARRAY(
+                    SELECT h.id FROM {schema}.jobs AS h
+                    WHERE h.status = 'pending' AND h.queue = q AND h.run_at <= {schema}.now()
+                    ORDER BY h.priority DESC, h.run_at, h.id
+                    LIMIT want + 256))
+                  AND c.partition_key IS NULL AND c.status = 'pending'
+                ORDER BY c.priority DESC, c.run_at, c.id
+                LIMIT want
+                FOR UPDATE SKIP LOCKED);
+            want := want - (cardinality(picked) - before);
+        END IF;
+        budget := budget + want;
+        IF served IS DISTINCT FROM start_key THEN
+            -- Unless a concurrent claim holds the row (it moves the cursor): waiting for it would
+            -- make the claims of a queue take turns again.
+            UPDATE {schema}.queues AS s SET key_cursor = served
+            WHERE s.name = (SELECT l.name FROM {schema}.queues AS l WHERE l.name = q FOR UPDATE SKIP LOCKED);
+        END IF;
+        IF key_rate IS NOT NULL THEN
+            PERFORM {schema}.note_key_starts(q, picked_keys, seen_keys, key_rate, key_period);
+        END IF;
+    END LOOP;
+    RETURN QUERY
+    UPDATE {schema}.jobs AS j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        locked_at = {schema}.now(),
+        locked_by = $3,
+        lease_expires_at = {schema}.now() + make_interval(secs => $4)
+    WHERE j.id = ANY (picked)
+    RETURNING j.id, j.queue, j.task, j.args::text, j.priority, j.attempts, j.max_attempts,
+              j.run_at, j.created_at;
+END
+$$;
