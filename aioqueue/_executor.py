@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from . import _payload as payload
-from ._claims import ClaimKey, claim_of
+from ._claims import ClaimKey
 from ._errors import Abort, Retry, Snooze
 from ._job import Job, _current
 from ._outcome import HandlerTimeout, Interrupt, Outcome, _Attempt, _attempt, decide
@@ -122,7 +122,7 @@ class Executor:
         if problem is not None:
             self._fail(job, "dead", f"TypeError: {problem}", task=task, dead=True)
             return None
-        claim = claim_of(job)
+        claim = (job.id, job.attempt)  # claim_of(job), without the call
         attempt.begin(job, claim, time.perf_counter())
         self.running[claim] = attempt
         # Not reset when the handler ends: only the runner's own code runs in its context
@@ -154,7 +154,10 @@ class Executor:
             for kind, n in written.items():
                 self.counts[STORED_COUNTS[kind]] += n
         if error is None:
-            self._count(job, "succeeded", started)
+            self.counts["succeeded"] += 1
+            if logger.isEnabledFor(logging.DEBUG):
+                fields = _fields(job, time.perf_counter() - started, "succeeded")
+                logger.debug("job %d succeeded", job.id, extra=fields)
             # A task that does not archive may still be a workflow's dependency, whose result is
             # archived for its dependants (the database decides): send any result there is.
             stored = None if result is None else payload.encode_result(result, f"job {job.id} (task {job.task!r})")
@@ -169,13 +172,13 @@ class Executor:
             outcome = decide(job, error)
             if outcome == "interrupted" or attempt.cancel_sent:
                 # The worker itself is being cancelled: record the interruption, then unwind.
-                self._count(job, "interrupted", started)
+                self.counts["interrupted"] += 1
                 self.completer.rescheduled(job, 0.0, f"Interrupted: {Interrupt.SHUTDOWN.value}")
                 raise error
             # Raised by the handler itself while nothing cancels this worker: a failed attempt.
             self._fail(job, outcome, describe_error(error), task=task, started=started)
         elif isinstance(error, Snooze):
-            self._count(job, "snoozed", started)
+            self.counts["snoozed"] += 1
             if isinstance(error, Suspended):  # at a sleep or an event wait: due when it wakes
                 self.counts["suspended"] += 1
                 self.completer.suspended(job)
@@ -205,7 +208,7 @@ class Executor:
 
     def _interrupted(self, job: Job, reason: Interrupt, started: float) -> None:
         outcome = decide(job, None, reason)
-        self._count(job, outcome, started)
+        self.counts[outcome] += 1
         fields = _fields(job, time.perf_counter() - started, outcome)
         if reason is Interrupt.LEASE_LOST:
             # The job is no longer ours: any write would be fenced out. Just stop.
@@ -228,7 +231,7 @@ class Executor:
         dead: bool = False,
         started: float | None = None,
     ) -> None:
-        self._count(job, outcome, started, log=False)
+        self.counts[outcome] += 1
         error = storable_text(error) or "(no message)"
         self.completer.failed(job, error, task.retry if task is not None else Backoff(), delay=delay, dead=dead)
         duration = None if started is None else time.perf_counter() - started
@@ -238,11 +241,6 @@ class Executor:
             error.splitlines()[0], extra=_fields(job, duration, outcome),
         )
 
-    def _count(self, job: Job, outcome: Outcome, started: float | None, *, log: bool = True) -> None:
-        self.counts[outcome] += 1
-        if log and outcome == "succeeded" and logger.isEnabledFor(logging.DEBUG):
-            duration = None if started is None else time.perf_counter() - started
-            logger.debug("job %d succeeded", job.id, extra=_fields(job, duration, outcome))
 
 
 def _fields(job: Job, duration: float | None = None, outcome: str | None = None) -> dict[str, object]:

@@ -59,7 +59,11 @@ class _Attempt:
     started: float = 0.0
 
     def begin(self, job: Job, claim: tuple[int, int], started: float) -> None:
-        self.job, self.claim, self.started, self.interrupt, self.cancel_sent = job, claim, started, None, False
+        self.job = job
+        self.claim = claim
+        self.started = started
+        self.interrupt = None
+        self.cancel_sent = False
 
     def cancel(self, reason: Interrupt) -> None:
         if self.interrupt is None:
