@@ -196,6 +196,7 @@ class Producer:
                     continue
                 writes = self.completer.writes if self.completer is not None else 0
                 stirs = self.completer.stirs if self.completer is not None else 0
+                finished = self.claims.finished_total
                 jobs = await self.claim_with_retry(free, per_queue, hand_over)
                 self.ready.set()
                 self.prefetch.handed_over(len(jobs), len(jobs) == free, time.monotonic())
@@ -215,6 +216,10 @@ class Producer:
                     continue
                 if self.claims.active:
                     await self._wait_for_capacity()
+                    continue
+                if self.claims.finished_total != finished:
+                    # A handler returned while the claim ran: a job it enqueued may have committed
+                    # after the claim's snapshot, so the empty answer does not cover it.
                     continue
                 if self.completer is not None:
                     if not self.completer.idle:
