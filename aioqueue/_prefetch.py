@@ -27,8 +27,11 @@ class Prefetch:
     burst would then be claimed in small batches for its first tens of milliseconds. So the
     buffer also starts small and grows fast, as TCP's window does: when every job of a claim
     that got all it asked for (so more are ready) is finished within a round trip of its
-    hand-over, and the handlers wait for the next claim, that claim may take ``MARGIN`` times
-    as many. That floor fades with the rate's falling time constant unless the handlers
+    hand-over, and the handlers wait for the next claim, that claim may take as many as the
+    handlers would finish in ``MARGIN`` round trips at the pace they finished it: ``MARGIN``
+    times as many if they took the whole round trip, up to ``MARGIN`` squared times if they
+    took a quarter of it or less (no-op jobs reach the cap at their third claim rather than
+    their fifth). That floor fades with the rate's falling time constant unless the handlers
     run dry again, and is dropped once a claim finds fewer jobs than it asked for. A job still
     running, or jobs that took longer than that, keep it from growing: long jobs never fill a
     buffer.
@@ -36,7 +39,8 @@ class Prefetch:
 
     MARGIN = 4.0
     """Buffer this many round trips' worth of work: the estimates are noisy and claims vary.
-    Also the factor by which the buffer grows while the handlers run dry."""
+    Also the least factor by which the buffer grows while the handlers run dry (its square the
+    most)."""
     SAMPLE = 0.01
     """Shortest span (seconds) of one rate sample."""
     RISE = 0.02
@@ -82,13 +86,16 @@ class Prefetch:
     def idle(self, now: float) -> None:
         """No handler is running at ``now``. If every job of the last claim, a full one, was
         done within a round trip of its hand-over (jobs quicker than a claim, with more
-        ready), let the next claim take ``MARGIN`` times as many."""
+        ready), let the next claim take what the handlers would finish in ``MARGIN`` round
+        trips at that pace: ``MARGIN`` to ``MARGIN`` squared times as many."""
         if self._full is None:
             return
         jobs, at = self._full
         self._full = None
-        if now - at <= self.round_trip:
-            self._floor = min(self.cap, max(self.floor(now), int(jobs * self.MARGIN)))
+        took = now - at
+        if took <= self.round_trip:
+            growth = self.MARGIN * min(self.MARGIN, self.round_trip / max(took, 1e-9))
+            self._floor = min(self.cap, max(self.floor(now), int(jobs * growth)))
             self._floor_at = now
 
     def floor(self, now: float) -> int:

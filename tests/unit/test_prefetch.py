@@ -50,18 +50,30 @@ def test_the_round_trip_is_a_running_average_of_claims() -> None:
     assert abs(pace.round_trip - 0.012) < 1e-12  # later ones move it a fifth of the way
 
 
-def test_a_burst_of_quick_jobs_grows_the_buffer_fourfold_per_claim_up_to_the_cap() -> None:
-    pace = Prefetch(cap=1000)
-    pace.claimed(0.002)
-    now, claim, claims = 100.0, 10, []
-    while claim < 1000 + 10:
-        pace.handed_over(claim, True, now)
-        now += 0.001  # every job of it done within the round trip, and more are ready
-        pace.idle(now)
-        claims.append(claim)
-        claim = 10 + pace.target(now)
-    assert claims == [10, 50, 210, 850]  # each claim MARGIN times the one before, plus the slots
-    assert pace.target(now) == 1000
+def test_a_burst_grows_the_buffer_by_the_pace_of_its_handlers_up_to_the_cap() -> None:
+    rtt = 2.0**-8  # about 4 ms; powers of two keep the clock's sums exact
+
+    def claims(took: float) -> list[int]:
+        """The claims of a burst whose claims' jobs are all done ``took`` after hand-over."""
+        pace = Prefetch(cap=1000)
+        pace.claimed(rtt)
+        now, claim = 1.0, 10
+        made: list[int] = []
+        while claim < 1000 + 10 and len(made) < 10:
+            pace.handed_over(claim, True, now)
+            now += took  # every job of it done within the round trip, and more are ready
+            pace.idle(now)
+            made.append(claim)
+            claim = 10 + pace.target(now)
+        assert pace.target(now) == 1000
+        return made
+
+    # Jobs done in a quarter of the round trip or less: MARGIN squared times the claim before.
+    assert claims(rtt / 64) == claims(rtt / 4) == [10, 170]
+    # In half of it: what they would finish in MARGIN round trips, eight times as many.
+    assert claims(rtt / 2) == [10, 90, 730]
+    # In the whole round trip: MARGIN times the claim before, plus the slots.
+    assert claims(rtt) == [10, 50, 210, 850]
 
 
 def test_jobs_slower_than_a_round_trip_never_grow_it() -> None:
@@ -84,19 +96,19 @@ def test_only_a_full_claim_whose_jobs_are_all_done_grows_it_once() -> None:
     pace.idle(100.001)
     assert pace.target(100.001) == 0
     pace.handed_over(10, True, 100.002)
-    pace.idle(100.003)
-    assert pace.target(100.003) == 40
-    pace.idle(100.003)  # the same claim counts once
-    assert pace.target(100.003) == 40
+    pace.idle(100.0039)  # done in a little less than the round trip: MARGIN times as many, and a bit
+    assert pace.target(100.0039) == 42
+    pace.idle(100.0039)  # the same claim counts once
+    assert pace.target(100.0039) == 42
 
 
 def test_the_floor_fades_and_a_short_claim_drops_it() -> None:
     pace = Prefetch(cap=1000)
     pace.claimed(0.002)
     pace.handed_over(100, True, 100.0)
-    pace.idle(100.001)
-    assert pace.target(100.001) == 400
-    assert 400 / 2.72 - 2 <= pace.target(100.001 + Prefetch.FALL) <= 400 / 2.71 + 1  # fades as the rate falls
+    pace.idle(100.001)  # done in half the round trip: eight times as many
+    assert 799 <= pace.target(100.001) <= 800  # (half, as the clock's floats add up)
+    assert 800 / 2.72 - 2 <= pace.target(100.001 + Prefetch.FALL) <= 800 / 2.71 + 1  # fades as the rate falls
     pace.handed_over(3, False, 100.002)  # the burst is over
     assert pace.target(100.002) == 0
     assert Prefetch(cap=0).target(0.0) == 0
