@@ -50,7 +50,7 @@ class Target:
 
 
 TARGETS: tuple[Target, ...] = (
-    Target("drain", "aioqueue (defaults)", "1 process, concurrency 10", ">=", 0.8,
+    Target("drain", "aioqueue (defaults)", "1 process, concurrency 10", ">=", 0.85,
            "drain against the reference lane, concurrency 10", vs_system="reference"),
     Target("drain", "aioqueue (tuned)", "1 process, concurrency 10", ">=", 1.0,
            "drain against the reference lane, concurrency 10", vs_system="reference"),
