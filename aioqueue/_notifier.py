@@ -1,10 +1,11 @@
 """Hold the worker's one LISTEN connection and turn notifications into wake-ups.
 
 The connection is dedicated (outside the pool). It is pinged every ``ping_interval`` and watched
-for termination; when it drops, the notifier reconnects with backoff and, once back, wakes the
-producer at once, because notifications sent while it was away are lost. NOTIFY is only a hint:
-the producer's poll is what guarantees no job is missed. ``wait_result`` runs one too, on the
-channel of finished jobs: there is one listener, wherever aioqueue listens.
+for termination; when it drops, or its first attempt at start fails, the notifier reconnects with
+backoff and, once listening, wakes the producer at once, because notifications sent while it was
+away are lost. NOTIFY is only a hint: the producer's poll is what guarantees no job is missed.
+``wait_result`` runs one too, on the channel of finished jobs: there is one listener, wherever
+aioqueue listens.
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ class Notifier:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled; report started after the first attempt to connect. Where LISTEN
         cannot work (through a transaction pooler, with no ``listen_dsn``) report started and
-        wait: the callers' polls carry on alone."""
+        wait: the callers' polls carry on alone. Every LISTEN in place after started was
+        reported (a reconnect, or the first connect after a failed attempt) calls
+        ``on_reconnect``."""
         if not await self.db.can_listen():
             task_status.started()
             await anyio.sleep_forever()
@@ -82,8 +85,10 @@ class Notifier:
                 self.connects += 1
                 self.connected = True
                 self.backend_pid = conn.get_server_pid()
-                if self.connects > 1:
-                    logger.info("LISTEN connection restored; catching up")
+                if started:
+                    # Back after a drop, or in place only after a failed first attempt let the
+                    # callers start without it: what was sent meanwhile reached no one.
+                    logger.info("LISTEN connection in place again; catching up")
                     self.on_reconnect()
                 if not started:
                     started = True

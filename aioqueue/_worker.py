@@ -82,7 +82,8 @@ class Worker:
         self.name: str = self.config.name or ""
         self.ready = anyio.Event()
         """Set once the worker has started: it is listening, has looked for work once, its
-        registry row is written and the reaper has run."""
+        registry row is written and the reaper has run. (If the listener's first attempt to
+        connect failed, it listens later and the worker then looks for work again at once.)"""
         self.notifier: Notifier | None = None
         self.producer: Producer | None = None
         self.executor: Executor | None = None

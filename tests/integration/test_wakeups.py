@@ -1,9 +1,11 @@
 """Wake-ups: NOTIFY starts an idle worker at once; the poll covers lost notifications; the
-listener comes back after its connection is killed."""
+listener comes back after its connection is killed, or gets in late at start, and catches up."""
 
 from __future__ import annotations
 
+import secrets
 import time
+import urllib.parse
 
 import anyio
 import asyncpg
@@ -86,6 +88,32 @@ async def test_jobs_enqueued_while_listener_is_down_are_caught_up(
         await ping.enqueue()  # its NOTIFY reaches nobody
         await eventually(lambda: len(starts) == 1, timeout=15, what="the missed job to be caught up")
         assert notifier.connects == 2  # it was the reconnect that found it, not a notification
+
+
+async def test_a_job_enqueued_before_the_listener_first_gets_in_is_caught_up(
+    dsn: str, db: asyncpg.Connection
+) -> None:
+    """The listener's first attempt to connect fails (its role may not log in yet), so the worker
+    starts, claims and is ready without it, and a job enqueued then notifies no one. Once the
+    listener gets in, the worker looks again at once, not at its poll of a minute."""
+    role = f"aioqueue_listener_{secrets.token_hex(4)}"
+    await db.execute(f"CREATE ROLE {role} NOLOGIN")
+    try:
+        url = urllib.parse.urlsplit(dsn)
+        listen_dsn = url._replace(netloc=f"{role}@{url.hostname}:{url.port}").geturl()
+        async with aioqueue.Queue(dsn, listen_dsn=listen_dsn) as q:
+            starts: list[float] = []
+            ping = _timed_task(q, starts)
+            worker = q.worker(poll_interval=60)
+            async with running(worker):
+                notifier = worker.notifier
+                assert notifier is not None and notifier.connects == 0  # ready, and not listening
+                await ping.enqueue()  # its NOTIFY reaches nobody
+                await db.execute(f"ALTER ROLE {role} LOGIN")
+                await eventually(lambda: len(starts) == 1, timeout=15, what="the job to be caught up")
+                assert notifier.connects == 1
+    finally:
+        await db.execute(f"DROP ROLE {role}")
 
 
 async def test_a_burst_held_back_by_a_key_limit_wakes_when_the_key_frees(q: aioqueue.Queue) -> None:
