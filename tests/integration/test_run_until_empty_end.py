@@ -3,11 +3,9 @@ outcomes written since its empty claim cannot have made a job ready."""
 
 from __future__ import annotations
 
-import anyio
-
 import aioqueue
 from aioqueue import chain, chord
-from tests.support.helpers import noop_task
+from tests.support.helpers import burst_of_noops
 
 
 async def test_a_retry_due_at_once_from_the_last_outcome_runs_before_the_burst_ends(q: aioqueue.Queue) -> None:
@@ -55,26 +53,15 @@ async def test_a_group_callback_released_by_the_last_member_runs_before_the_burs
 
 
 async def test_plain_successes_end_the_burst_without_claiming_again(q: aioqueue.Queue) -> None:
-    await noop_task(q, "noop").enqueue_many([{}] * 3)
-    worker = q.worker(concurrency=8)
-    stats = await worker.run_until_empty()
-    assert stats.succeeded == 3
-    assert worker.producer is not None
+    producer = await burst_of_noops(q, 3, concurrency=8)
     # One claim takes the three; after their outcomes, the claims that found nothing while
     # they ran stand: no claim follows the last write of successes that woke nothing.
-    assert worker.producer.completer is not None
-    assert worker.producer.completer.stirs == 0
+    assert producer.completer is not None
+    assert producer.completer.stirs == 0
 
 
 async def test_the_last_outcomes_are_written_without_waiting_for_more_to_gather(q: aioqueue.Queue) -> None:
-    @q.task
-    async def noop() -> None:
-        pass
-
-    await noop.enqueue_many([{}] * 3)
     # Outcomes gather for up to completion_interval before a write; once the burst's last
-    # handler is done none can come, so the end does not wait that interval out.
-    worker = q.worker(concurrency=8, completion_interval=10.0)
-    with anyio.fail_after(5):
-        stats = await worker.run_until_empty()
-    assert stats.succeeded == 3
+    # handler is done none can come, so the end does not wait that interval out: the burst
+    # must end within 5 seconds.
+    await burst_of_noops(q, 3, timeout=5, concurrency=8, completion_interval=10.0)

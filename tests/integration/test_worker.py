@@ -14,7 +14,7 @@ import aioqueue
 from aioqueue._completer import Completer
 from aioqueue._config import WorkerConfig
 from aioqueue._producer import Producer
-from tests.support.helpers import eventually, hang_until_cancelled, noop_task, reclaimed, running
+from tests.support.helpers import burst_of_noops, eventually, hang_until_cancelled, noop_task, reclaimed, running
 
 
 async def test_claims_by_priority_then_run_at_then_id(q: aioqueue.Queue) -> None:
@@ -92,13 +92,9 @@ async def test_claimed_jobs_are_handed_over_before_the_connection_goes_back(
 
 
 async def test_claims_in_batches_up_to_free_capacity(q: aioqueue.Queue) -> None:
-    await noop_task(q, "noop").enqueue_many([{}] * 200)
-    worker = q.worker(concurrency=50)
-    stats = await worker.run_until_empty()
-    assert stats.succeeded == 200
-    assert worker.producer is not None
+    producer = await burst_of_noops(q, 200, concurrency=50)
     # 200 jobs at 50 slots: a handful of claims (one per refill), never one per job.
-    assert worker.producer.statements < 40
+    assert producer.statements < 40
 
 
 async def test_eight_workers_race_over_5000_jobs_none_twice(dsn: str, db: asyncpg.Connection) -> None:

@@ -8,13 +8,16 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.abc
 import asyncpg
 
 import aioqueue
+
+if TYPE_CHECKING:
+    from aioqueue._producer import Producer
 
 T = TypeVar("T")
 H = TypeVar("H", bound="LoopHarness")
@@ -84,6 +87,19 @@ def noop_task(q: aioqueue.Queue, name: str, **options: Any) -> aioqueue.Task[...
         pass
 
     return noop
+
+
+async def burst_of_noops(q: aioqueue.Queue, jobs: int, timeout: float = 60.0, **worker_options: Any) -> Producer:
+    """Enqueue ``jobs`` no-op jobs and drain them in one burst (``run_until_empty``) of a worker
+    with ``worker_options``, within ``timeout`` seconds; check that every one succeeded and
+    return the worker's producer, whose counters the test reads."""
+    await noop_task(q, "noop").enqueue_many([{}] * jobs)
+    worker = q.worker(**worker_options)
+    with anyio.fail_after(timeout):
+        stats = await worker.run_until_empty()
+    assert stats.succeeded == jobs
+    assert worker.producer is not None
+    return worker.producer
 
 
 @dataclasses.dataclass
