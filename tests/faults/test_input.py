@@ -346,18 +346,23 @@ async def test_extreme_schedules_and_priorities(q: aioqueue.Queue, db: asyncpg.C
     assert info is not None and info.run_at == datetime.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=datetime.UTC)
 
 
+async def _write_behind_aioqueues_back(db: asyncpg.Connection, jobs: list[tuple[str, str, int]]) -> None:
+    """Write ``jobs`` (task, arguments as JSON text, max_attempts) straight into the table, as
+    SQL from outside aioqueue could: none of the checks its enqueue makes, ids in list order."""
+    await db.executemany("INSERT INTO aioqueue.jobs (task, args, max_attempts) VALUES ($1, $2::jsonb, $3)", jobs)
+
+
 async def test_rows_written_behind_aioqueues_back_become_dead_not_a_crash_loop(
     q: aioqueue.Queue, db: asyncpg.Connection
 ) -> None:
     _, runs = recording_task(q, "take", max_attempts=1)
-    await db.execute(
-        "INSERT INTO aioqueue.jobs (task, args, max_attempts) VALUES "
-        "('no such task; DROP TABLE x', '{}', 3), "  # unknown task
-        "('take', '{\"wrong\": 1}', 1), "  # arguments that do not fit the signature
-        "('take', '[1, 2]', 1), "  # not an object
-        "('take', 'null', 1), "
-        "('take', '{\"n\": 7}', 1)"  # a good one between them
-    )
+    await _write_behind_aioqueues_back(db, [
+        ("no such task; DROP TABLE x", "{}", 3),  # unknown task
+        ("take", '{"wrong": 1}', 1),  # arguments that do not fit the signature
+        ("take", "[1, 2]", 1),  # not an object
+        ("take", "null", 1),
+        ("take", '{"n": 7}', 1),  # a good one between them
+    ])
     stats = await q.worker().run_until_empty()
     assert runs == [7]
     assert stats.dead == 4
@@ -448,13 +453,12 @@ async def test_rows_python_cannot_decode_go_dead_without_their_batch_mates(
     q: aioqueue.Queue, db: asyncpg.Connection
 ) -> None:
     _, runs = recording_task(q, "ping", max_attempts=5)
-    await db.execute(
-        "INSERT INTO aioqueue.jobs (queue, task, args) VALUES "
-        "('default', 'ping', ('{\"n\":' || repeat('[', 1100) || repeat(']', 1100) || '}')::jsonb), "
-        "('default', 'ping', '{\"n\": 7}'), "
-        "('default', 'ping', ('{\"n\":' || repeat('9', 5000) || '}')::jsonb), "
-        "('default', 'ping', '{\"n\": 8}')"
-    )
+    await _write_behind_aioqueues_back(db, [
+        ("ping", '{"n":' + "[" * 1100 + "]" * 1100 + "}", 5),  # lists nested 1100 deep
+        ("ping", '{"n": 7}', 5),
+        ("ping", '{"n":' + "9" * 5000 + "}", 5),  # a number of 5000 digits
+        ("ping", '{"n": 8}', 5),
+    ])
     stats = await q.worker(concurrency=4).run_until_empty()
     assert sorted(runs) == [7, 8] and stats.succeeded == 2
     rows = await db.fetch("SELECT status, attempts, last_error FROM aioqueue.jobs ORDER BY id")
