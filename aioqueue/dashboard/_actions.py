@@ -105,8 +105,8 @@ async def _action(dashboard: Dashboard, request: Request, allowed: Iterable[A]) 
 async def _form(dashboard: Dashboard, request: Request, action: str) -> tuple[FormData, str]:
     if dashboard.read_only:
         raise HTTPException(403, "this dashboard is read-only")
-    who = await dashboard._who(request, action)
-    if not from_served_origin(request, dashboard.hosts):
+    who = await dashboard.access.who(request, action)
+    if not from_served_origin(request, dashboard.access.hosts):
         raise HTTPException(
             403, "the form did not come from this dashboard: its Origin (or Referer) header must "
             "name the address the dashboard is served at",

@@ -18,7 +18,6 @@ from urllib.parse import urlencode
 import anyio
 import jinja2
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -37,11 +36,10 @@ from ._inputs import FILTER_FIELDS
 from ._security import (
     CSRF_COOKIE,
     CSRF_FIELD,
+    Access,
     Authorizer,
     HostGuard,
     ServedHosts,
-    allowed,
-    basic_user,
     check_credentials,
     credentials_from_env,
     csrf_token,
@@ -64,9 +62,7 @@ class Dashboard:
 
     queue: Queue
     _: dataclasses.KW_ONLY
-    auth: Authorizer | None
-    credentials: tuple[str, str] | None
-    hosts: ServedHosts
+    access: Access
     read_only: bool
     refresh: float
     page_size: int
@@ -92,22 +88,9 @@ class Dashboard:
     @property
     def protected(self) -> bool:
         """Whether requests must pass an authorisation hook or basic credentials."""
-        return self.auth is not None or self.credentials is not None
+        return self.access.protected
 
     # -- plumbing ------------------------------------------------------------------------------
-
-    async def _who(self, request: Request, action: str) -> str:
-        """Check the request may do ``action``; return who it is, for the log."""
-        user = "anonymous"
-        if self.credentials is not None:
-            found = basic_user(request, self.credentials)
-            if found is None:
-                raise HTTPException(401, "credentials required", {"WWW-Authenticate": 'Basic realm="aioqueue"'})
-            user = found
-        if self.auth is not None and not await allowed(self.auth, request, action):
-            raise HTTPException(403, f"not allowed to {action}")
-        client = request.client.host if request.client else "?"
-        return f"{user}@{client}"
 
     async def _open(self) -> None:
         if not self.queue.database.is_open:
@@ -152,7 +135,7 @@ class Dashboard:
     # -- pages ---------------------------------------------------------------------------------
 
     async def queues_page(self, request: Request) -> Response:
-        await self._who(request, "view")
+        await self.access.who(request, "view")
         await self._open()
         registered = sorted({t.queue for t in self.queue.tasks.values()})
         rows = await self.admin.queue_overview(registered, bound=self.count_bound)
@@ -174,7 +157,7 @@ class Dashboard:
         return await self._jobs(request, "dead", "dead")
 
     async def _jobs(self, request: Request, default_status: str, nav: str) -> Response:
-        await self._who(request, "view")
+        await self.access.who(request, "view")
         await self._open()
         params = request.query_params
         filters = {k: params.get(k, "").strip() for k in FILTER_FIELDS}
@@ -194,7 +177,7 @@ class Dashboard:
                            status=where.status)
 
     async def job_page(self, request: Request) -> Response:
-        await self._who(request, "view")
+        await self.access.who(request, "view")
         try:
             job_id = inputs.job_id(request.path_params["job_id"])
         except ConfigurationError as exc:
@@ -208,13 +191,13 @@ class Dashboard:
         return self.render(request, "job.html", nav="jobs", job=job, steps=steps)
 
     async def periodic_page(self, request: Request) -> Response:
-        await self._who(request, "view")
+        await self.access.who(request, "view")
         await self._open()
         rows = await self.admin.periodic_schedules(self.queue.periodics)
         return self.render(request, "periodic.html", nav="periodic", schedules=rows)
 
     async def workers_page(self, request: Request) -> Response:
-        await self._who(request, "view")
+        await self.access.who(request, "view")
         await self._open()
         rows = await self.admin.list_workers()
         return self.render(request, "workers.html", nav="workers", workers=rows)
@@ -252,9 +235,7 @@ def create_app(
     hosts = ServedHosts(allowed_hosts, loopback=auth is None and basic is None)
     dashboard = Dashboard(
         queue,
-        auth=auth,
-        credentials=basic,
-        hosts=hosts,
+        access=Access(auth, basic, hosts),
         read_only=read_only,
         refresh=refresh,
         page_size=page_size,

@@ -24,7 +24,7 @@ KEY_COUNT_BOUND = 1000
 
 async def queue_page(dashboard: Dashboard, request: Request) -> Response:
     """One queue (``?name=``): its counts, limits and per-key settings, and its busiest keys."""
-    await dashboard._who(request, "view")
+    await dashboard.access.who(request, "view")
     name = request.query_params.get("name", "")
     try:
         check_name("queue name", name)

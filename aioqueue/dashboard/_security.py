@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hmac
 import inspect
 import ipaddress
@@ -21,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -184,6 +186,34 @@ class HostGuard:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+@dataclasses.dataclass(frozen=True)
+class Access:
+    """Who may use one dashboard: its authorisation hook and its basic credentials (either, both
+    or neither), and the hosts it answers."""
+
+    auth: Authorizer | None
+    credentials: tuple[str, str] | None
+    hosts: ServedHosts
+
+    @property
+    def protected(self) -> bool:
+        """Whether requests must pass an authorisation hook or basic credentials."""
+        return self.auth is not None or self.credentials is not None
+
+    async def who(self, request: Request, action: str) -> str:
+        """Check the request may do ``action``; return who it is, for the log."""
+        user = "anonymous"
+        if self.credentials is not None:
+            found = basic_user(request, self.credentials)
+            if found is None:
+                raise HTTPException(401, "credentials required", {"WWW-Authenticate": 'Basic realm="aioqueue"'})
+            user = found
+        if self.auth is not None and not await allowed(self.auth, request, action):
+            raise HTTPException(403, f"not allowed to {action}")
+        client = request.client.host if request.client else "?"
+        return f"{user}@{client}"
 
 
 def basic_user(request: Request, credentials: tuple[str, str]) -> str | None:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 async def groups_page(dashboard: Dashboard, request: Request) -> Response:
     """Groups, newest first."""
-    await dashboard._who(request, "view")
+    await dashboard.access.who(request, "view")
     await dashboard._open()
     groups = await dashboard.queue.list_groups(limit=dashboard.page_size)
     return dashboard.render(request, "groups.html", nav="groups", groups=groups)
@@ -26,7 +26,7 @@ async def groups_page(dashboard: Dashboard, request: Request) -> Response:
 
 async def _id_of(dashboard: Dashboard, request: Request, param: str) -> int | Response:
     """The id in the path, or the page that refuses it; the queue opened."""
-    await dashboard._who(request, "view")
+    await dashboard.access.who(request, "view")
     try:
         value = inputs.job_id(request.path_params[param])
     except ConfigurationError as exc:
