@@ -22,7 +22,6 @@ last progress is neither lost nor written after the outcome (which the claim's f
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +31,7 @@ import anyio
 
 from ._claims import ClaimKey
 from ._job import Connection
+from ._outcome_batch import NO_RETRY, Batch, Failure
 from ._progress import Reported
 from ._retry import Backoff
 from ._signal import Flag
@@ -41,65 +41,6 @@ if TYPE_CHECKING:
     from ._job import Job
 
 logger = logging.getLogger("aioqueue.completer")
-
-#: The backoff a buried job's failure carries: never used, since the job is dead at once.
-_NO_RETRY = Backoff(base=0.0, factor=1.0, max_delay=0.0, jitter=0.0)
-
-
-@dataclasses.dataclass(slots=True)
-class _Failure:
-    job_id: int
-    attempt: int
-    error: str
-    delay: float | None
-    dead: bool
-    retry: Backoff
-
-
-@dataclasses.dataclass(slots=True)
-class _Batch:
-    done_ids: list[int] = dataclasses.field(default_factory=list)
-    done_attempts: list[int] = dataclasses.field(default_factory=list)
-    done_results: list[str | None] = dataclasses.field(default_factory=list)
-    failures: list[_Failure] = dataclasses.field(default_factory=list)
-    reschedules: list[tuple[int, int, float, str | None]] = dataclasses.field(default_factory=list)
-    cancels: list[tuple[int, int]] = dataclasses.field(default_factory=list)
-    suspends: list[tuple[int, int]] = dataclasses.field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.done_ids) + len(self.failures) + len(self.reschedules) + len(self.cancels) + len(self.suspends)
-
-    def split(self, n: int) -> tuple[_Batch, _Batch]:
-        """The first ``n`` outcomes (successes first, then failures, reschedules, cancels,
-        suspends), and the rest."""
-        if len(self) <= n:
-            return self, _Batch()
-        k = min(n, len(self.done_ids))
-        head = _Batch(self.done_ids[:k], self.done_attempts[:k], self.done_results[:k])
-        rest = _Batch(self.done_ids[k:], self.done_attempts[k:], self.done_results[k:])
-        n -= k
-        k = min(n, len(self.failures))
-        head.failures, rest.failures = self.failures[:k], self.failures[k:]
-        n -= k
-        k = min(n, len(self.reschedules))
-        head.reschedules, rest.reschedules = self.reschedules[:k], self.reschedules[k:]
-        n -= k
-        k = min(n, len(self.cancels))
-        head.cancels, rest.cancels = self.cancels[:k], self.cancels[k:]
-        n -= k
-        head.suspends, rest.suspends = self.suspends[:n], self.suspends[n:]
-        return head, rest
-
-    def claims(self) -> list[ClaimKey]:
-        """The (job id, attempt) of every outcome in the batch."""
-        return [
-            *zip(self.done_ids, self.done_attempts, strict=True),
-            *((f.job_id, f.attempt) for f in self.failures),
-            *((r[0], r[1]) for r in self.reschedules),
-            *self.cancels,
-            *self.suspends,
-        ]
-
 
 class Completer:
     """Buffers job outcomes and writes them in batches."""
@@ -125,7 +66,7 @@ class Completer:
         # Claims whose outcome is being written right now: the heartbeat must not take a job
         # that vanished under such a write for a lost lease.
         self.writing: set[ClaimKey] = set()
-        self._batch = _Batch()
+        self._batch = Batch()
         self._ready = Flag()
         self._idle = Flag()
         self._idle.set()
@@ -184,7 +125,7 @@ class Completer:
         self, job: Job, error: str, retry: Backoff, *, delay: float | None = None, dead: bool = False
     ) -> None:
         """Record a failed attempt: retried after ``delay`` (None: backoff) or dead."""
-        self._batch.failures.append(_Failure(job.id, job.attempt, error, delay, dead, retry))
+        self._batch.failures.append(Failure(job.id, job.attempt, error, delay, dead, retry))
         self._arrived()
 
     def rescheduled(self, job: Job, delay: float, note: str | None = None) -> None:
@@ -207,8 +148,8 @@ class Completer:
         """Make dead now, on ``conn``, the claims ``buried`` names with why: claimed rows no
         handler could be called for. Written at once rather than buffered, so that the claim
         that found them returns only after they are dead."""
-        failures = [_Failure(job_id, attempt, error, None, True, _NO_RETRY) for (job_id, attempt), error in buried]
-        await self._write_on(conn, _Batch(failures=failures))
+        failures = [Failure(job_id, attempt, error, None, True, NO_RETRY) for (job_id, attempt), error in buried]
+        await self._write_on(conn, Batch(failures=failures))
 
     def progress_reported(self, claim: ClaimKey, value: Reported) -> None:
         """Keep ``value`` as the latest progress of ``claim``, to be written
@@ -334,24 +275,17 @@ class Completer:
         """Wait until nothing is buffered; return whether that happened within ``timeout``."""
         return await self._idle.wait(timeout)
 
-    def _merge_back(self, batch: _Batch) -> None:
-        new = self._batch
+    def _merge_back(self, batch: Batch) -> None:
+        batch.extend(self._batch)
         self._batch = batch
-        batch.done_ids += new.done_ids
-        batch.done_attempts += new.done_attempts
-        batch.done_results += new.done_results
-        batch.failures += new.failures
-        batch.reschedules += new.reschedules
-        batch.cancels += new.cancels
-        batch.suspends += new.suspends
         if len(batch):
             self._ready.set()
 
-    async def _write(self, batch: _Batch) -> bool:
+    async def _write(self, batch: Batch) -> bool:
         async with self.db.connection() as conn:
             return await self._write_on(conn, batch)
 
-    async def _write_on(self, conn: Connection, batch: _Batch) -> bool:
+    async def _write_on(self, conn: Connection, batch: Batch) -> bool:
         """Write ``batch`` on ``conn``, one statement per kind; a kind written is emptied, so a
         failure leaves only the unwritten ones in the batch. Return whether its successes
         woke workflow dependants or groups (see :attr:`stirs`)."""
