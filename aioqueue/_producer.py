@@ -3,8 +3,8 @@
 The producer owns the worker's claiming: it works out the free capacity (slots not taken by
 active handlers, plus an adaptive prefetch buffer, see :mod:`aioqueue._prefetch`, capped per
 queue when the worker caps queues), holds off while the completer has no room for more outcomes, and waits
-for a reason to look (a notification, a freed slot, the end of a claim that filled every slot,
-the moment the earliest known delayed job or rate window comes due, or the poll tick). It then
+for a reason to look (a freed slot, the end of a claim that filled every slot, or one of its
+:mod:`~aioqueue._wakeups`: a notification, the earliest known due time, the poll tick). It then
 claims with ``FOR UPDATE SKIP LOCKED`` in a single short statement, records the claims, and
 hands the jobs to the worker's runners. It never runs a handler, never holds a transaction open
 beyond the claim, and writes no outcome itself: rows it cannot decode go to the completer.
@@ -26,7 +26,7 @@ from ._claims import ClaimKey, Claims
 from ._completer import Completer
 from ._job import Connection, Job, Undecodable, decode_claimed
 from ._prefetch import Prefetch
-from ._signal import Flag
+from ._wakeups import Wakeups
 
 if TYPE_CHECKING:
     import asyncpg
@@ -55,14 +55,8 @@ class Producer:
         self.config = config
         self.worker_id = config.name or "aioqueue"
         self.queues = list(queues)
-        self._queue_set = frozenset(self.queues)
-        # When to look again without being told (monotonic seconds): the earliest delayed job
-        # or rate window we know of. Delayed enqueues, retries and snoozes announce their due
-        # time by NOTIFY; the database is asked at start, after a due time passes, and after a
-        # claim a rate limit may have cut short.
-        self._due: float | None = None
-        self._check_due = True
-        self._woken = False
+        self.wakeups = Wakeups(self.queues, config.poll_interval)
+        """What makes the producer look again short of a free slot; the listener's callbacks."""
         self._claim_started = time.monotonic()
         # The database time of our last claim, if it told one (claim_timed: a limited claim).
         self._claimed_at: datetime.datetime | None = None
@@ -71,7 +65,6 @@ class Producer:
         # Buried rows go to the worker's completer, or to one of its own for a producer used alone.
         self._outcomes = completer if completer is not None else Completer(db, commit_mode=config.commit_mode)
         self.on_lost = on_lost
-        self.wakeup = Flag()
         self.ready = ready if ready is not None else anyio.Event()
         """Set once the producer has looked for work (and the listener, if any, was started)."""
         self.caught_up = anyio.Event()
@@ -96,37 +89,10 @@ class Producer:
 
     # -- steering ------------------------------------------------------------------------------
 
-    def wake(self, queue: str | None = None) -> None:
-        """Look for jobs now (``queue``: the queue a notification named, if any)."""
-        if queue is None or queue in self._queue_set:
-            self._woken = True
-            self.wakeup.set()
-
-    def reconnected(self) -> None:
-        """The listener was away: notifications may be lost, so look now and re-learn due times."""
-        self._check_due = True
-        self.wake()
-
-    def on_due(self, payload: str) -> None:
-        """A ``'seconds queue'`` notification: a job of ``queue`` is due in ``seconds``."""
-        seconds, _, queue = payload.partition(" ")
-        if queue in self._queue_set:
-            try:
-                self.due_in(float(seconds))
-            except ValueError:
-                logger.warning("ignored a malformed due-time notification %r", payload)
-
-    def due_in(self, seconds: float) -> None:
-        """Look again ``seconds`` from now (or earlier, if something else is due sooner)."""
-        at = time.monotonic() + max(0.0, seconds)
-        if self._due is None or at < self._due:
-            self._due = at
-            self.wakeup.set()  # re-arm the wait with the earlier deadline
-
     def stop(self) -> None:
         """Stop claiming; :meth:`run` returns at its next step."""
         self._stopping = True
-        self.wakeup.set()
+        self.wakeups.stop()
         self.claims.freed.set()
 
     @property
@@ -197,20 +163,20 @@ class Producer:
                 writes = self.completer.writes if self.completer is not None else 0
                 stirs = self.completer.stirs if self.completer is not None else 0
                 finished = self.claims.finished_total
-                jobs = await self.claim_with_retry(free, per_queue, hand_over)
+                jobs = await self._claim_with_retry(free, per_queue, hand_over)
                 self.ready.set()
                 self.prefetch.handed_over(len(jobs), len(jobs) == free, time.monotonic())
                 if len(jobs) < free:
                     self.caught_up.set()
                 # After the hand-over, so the handlers need not wait for it. A burst waits for no
                 # due time (jobs due later do not keep it going) unless a limit holds jobs back.
-                due_unknown = self._check_due or not self.config.listen  # no listener tells due times
+                due_unknown = self.wakeups.check_due or not self.config.listen  # no listener tells due times
                 if len(jobs) < free and (self.limited or (due_unknown and not burst)):
                     await self._learn_due()
                 if len(jobs) == free:
                     continue  # every slot filled: there may be more ready right now
                 if not burst:
-                    await self.wait()
+                    await self.wakeups.wait()
                     continue
                 if jobs:
                     continue
@@ -237,7 +203,7 @@ class Producer:
                         await listen()
                         listen = None
                     else:
-                        await self.wait()
+                        await self.wakeups.wait()
                 elif started is not None:
                     more, started = await started(), None
                     if not more:
@@ -248,23 +214,6 @@ class Producer:
             self.ready.set()
             self.caught_up.set()
             self.connected.set()
-
-    async def wait(self) -> None:
-        """Wait for a wake-up, the earliest known due time, or the poll tick, whichever is first."""
-        deadline = time.monotonic() + self.config.poll_interval
-        while not self._woken and not self._stopping:
-            now = time.monotonic()
-            target = deadline if self._due is None else min(deadline, self._due)
-            if target <= now:
-                break
-            self.wakeup.clear()
-            if self._woken:
-                break
-            await self.wakeup.wait(target - now)
-        self._woken = False
-        if self._due is not None and self._due <= time.monotonic():
-            self._due = None
-            self._check_due = True  # that one is due now: ask what comes after it
 
     async def _learn_due(self) -> None:
         """Ask the database when to look next (delayed jobs, rate windows); a failure is left to
@@ -278,9 +227,9 @@ class Producer:
         except Exception as exc:
             logger.warning("reading the next due time failed (%s: %s)", type(exc).__name__, exc)
             return
-        self._check_due = False
+        self.wakeups.check_due = False
         if seconds is not None:
-            self.due_in(seconds)
+            self.wakeups.due_in(seconds)
 
     async def _held_back(self) -> bool:
         """Whether ready jobs wait in our queues though we claimed none (a limit holds them)."""
@@ -366,19 +315,15 @@ class Producer:
         for b in bad:
             logger.error("job %d: marked dead: %s", b.id, b.error)
 
-    async def claim_with_retry(
-        self,
-        limit: int,
-        per_queue: Sequence[int] | None = None,
-        hand_over: Callable[[list[Job]], None] | None = None,
+    async def _claim_with_retry(
+        self, limit: int, per_queue: Sequence[int] | None, hand_over: Callable[[list[Job]], None]
     ) -> list[Job]:
         """Claim (see :meth:`claim`), and on a database error log it and back off rather than
         fail the worker; return nothing once stopping."""
         failures = 0
         while not self._stopping:
             try:
-                self.wakeup.clear()
-                self._woken = False
+                self.wakeups.claiming()
                 started = time.monotonic()
                 jobs = await self.claim(limit, per_queue, hand_over)
                 self.prefetch.claimed(time.monotonic() - started)
@@ -388,7 +333,7 @@ class Producer:
                 delay = min(max(self.config.poll_interval, 0.1) * 5, 0.05 * 2**failures)
                 logger.warning("claiming jobs failed (%s: %s); retrying in %.2fs",
                                type(exc).__name__, exc, delay)
-                await self.wakeup.wait(delay)
+                await self.wakeups.flag.wait(delay)
         return []
 
 

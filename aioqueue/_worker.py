@@ -212,11 +212,12 @@ class Worker:
                 services.start_soon(self.heartbeat.run)
                 services.start_soon(self._upkeep_once_settled, producer, completer, burst)
                 channels: dict[str, Callable[[str], None]] = {
-                    db.channels.jobs: producer.wake,
-                    db.channels.due: producer.on_due,
+                    db.channels.jobs: producer.wakeups.wake,
+                    db.channels.due: producer.wakeups.on_due,
                     db.channels.cancel: cancels.notified,
                 }
-                notifier = self.notifier = Notifier(db, channels, producer.reconnected, ping_interval=cfg.ping_interval)
+                notifier = self.notifier = Notifier(db, channels, producer.wakeups.reconnected,
+                                                    ping_interval=cfg.ping_interval)
                 if cfg.listen and not burst:
                     await services.start(notifier.run)
                 services.start_soon(cancels.run)
