@@ -1,4 +1,5 @@
-"""How many jobs a worker claims ahead of its free slots: the adaptive prefetch buffer.
+"""How many jobs a worker claims ahead of its free slots (the adaptive prefetch buffer), and
+how many one claim of a worker with many slots takes.
 
 The producer asks :class:`Prefetch` for the buffer before each claim and tells it what it sees:
 jobs finished (the rate), claims made (the round trip) and handed over (full or not), and the
@@ -37,6 +38,9 @@ class Prefetch:
     buffer.
     """
 
+    FIRST = 100
+    """The most jobs the first claim of a burst takes, in a worker with more slots than this
+    (see :meth:`most`)."""
     MARGIN = 4.0
     """Buffer this many round trips' worth of work: the estimates are noisy and claims vary.
     Also the least factor by which the buffer grows while the handlers run dry (its square the
@@ -48,7 +52,7 @@ class Prefetch:
     """Time constants (seconds) of the rate's average when it rises and when it falls (and of
     the fading of the floor)."""
 
-    __slots__ = ("_at", "_finished", "_floor", "_floor_at", "_full", "cap", "rate", "round_trip")
+    __slots__ = ("_at", "_bursting", "_finished", "_floor", "_floor_at", "_full", "cap", "rate", "round_trip")
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
@@ -61,6 +65,7 @@ class Prefetch:
         self._floor = 0
         self._floor_at = self._at
         self._full: tuple[int, float] | None = None  # the last claim's size and hand-over, if full
+        self._bursting = False  # the last claim got all it asked for: a burst is being claimed
 
     def finished(self, total: int, now: float) -> None:
         """Jobs finished so far were ``total`` at ``now``: update the rate."""
@@ -80,6 +85,7 @@ class Prefetch:
         """A claim handed ``jobs`` to the runners at ``now``; ``full``: all it asked for (more
         may be ready). One that found fewer ends the burst: the floor is dropped."""
         self._full = (jobs, now) if full else None
+        self._bursting = full
         if not full:
             self._floor = 0
 
@@ -110,3 +116,17 @@ class Prefetch:
             return 0
         by_rate = int(self.rate * self.round_trip * self.MARGIN)
         return min(self.cap, max(by_rate, self.floor(time.monotonic() if now is None else now)))
+
+    def most(self, slots: int, now: float | None = None) -> int:
+        """The most jobs one claim of a worker with ``slots`` may take now. At most ``FIRST``
+        slots: its slots and buffer. More: ``FIRST`` for the first claim of a burst, so its
+        first handlers start after a claim of a hundred rows rather than one of every slot;
+        after that, half its slots and buffer, so the next claim is sent while this one's jobs
+        start rather than once half of them are done (a claim's cost is nearly all per row:
+        two halves take about as long as the whole)."""
+        budget = slots + self.target(now)
+        if slots <= self.FIRST:
+            return budget
+        if not self._bursting:
+            return self.FIRST
+        return max(self.FIRST, budget // 2)

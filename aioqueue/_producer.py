@@ -108,7 +108,8 @@ class Producer:
         self.prefetch.finished(self.claims.finished_total, now)
         if not self.claims.active:
             self.prefetch.idle(now)
-        free = min(cfg.concurrency + self.prefetch.target(now) - self.claims.active, cfg.batch_size or 1)
+        free = min(cfg.concurrency + self.prefetch.target(now) - self.claims.active, cfg.batch_size or 1,
+                   self.prefetch.most(cfg.concurrency, now))
         if self._slots is None:
             return free, None
         per_queue = [
@@ -121,7 +122,8 @@ class Producer:
             return True
         # Below a worthwhile refill (half the buffer), wait for more room only while jobs in
         # hand keep us busy: a buffer refills in large claims rather than one job at a time.
-        if free < min(self.config.batch_size or 1, self.prefetch.target() // 2) and self.claims.active:
+        cfg, pace = self.config, self.prefetch
+        if free < min(cfg.batch_size or 1, pace.target() // 2, pace.most(cfg.concurrency)) and self.claims.active:
             return True
         return self.completer is not None and not self.completer.has_room()
 

@@ -81,6 +81,25 @@ async def test_a_burst_is_claimed_in_large_batches_from_its_second_claim(q: aioq
     assert max(held) <= 10 + 1000
 
 
+async def test_a_worker_with_many_slots_starts_a_burst_after_a_short_first_claim(q: aioqueue.Queue) -> None:
+    from aioqueue._prefetch import Prefetch
+
+    held: list[int] = []
+    worker = q.worker(concurrency=1000)
+
+    @q.task
+    async def io(n: int) -> None:
+        held.append(worker.active)
+        await anyio.sleep(0.01)  # an I/O-bound handler: the slots fill as claims come in
+
+    await io.enqueue_many([{"n": i} for i in range(3000)])
+    with anyio.fail_after(60):
+        assert (await worker.run_until_empty()).succeeded == 3000
+    assert held[0] <= Prefetch.FIRST  # the first handler started after a claim of a hundred, not a thousand
+    assert max(held) > 500  # then it claimed in large claims
+    assert max(held) <= 1000 + 1000
+
+
 async def test_jobs_longer_than_a_claim_are_never_claimed_ahead(q: aioqueue.Queue) -> None:
     held: list[int] = []
     worker = q.worker(concurrency=2)

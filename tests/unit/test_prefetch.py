@@ -112,3 +112,21 @@ def test_the_floor_fades_and_a_short_claim_drops_it() -> None:
     pace.handed_over(3, False, 100.002)  # the burst is over
     assert pace.target(100.002) == 0
     assert Prefetch(cap=0).target(0.0) == 0
+
+
+def test_a_large_worker_claims_a_burst_in_a_short_first_claim_then_in_halves() -> None:
+    pace = Prefetch(cap=1000)
+    # Few slots: its slots and buffer, whatever the burst (the defaults claim as they did).
+    assert pace.most(10, 100.0) == 10
+    # Many slots: a short first claim, so the first handlers start soon.
+    assert pace.most(1000, 100.0) == Prefetch.FIRST
+    pace.handed_over(Prefetch.FIRST, True, 100.0)  # it got all it asked for: a burst
+    # Then half its slots and buffer: the next claim can be sent as this one's jobs start.
+    assert pace.most(1000, 100.0) == 500
+    pace.claimed(0.5)
+    pace.finished(100_000, pace._at + 1.0)  # a rate that asks for the whole buffer
+    assert pace.target(pace._at) == 1000
+    assert pace.most(1000, pace._at) == 1000
+    assert pace.most(10, pace._at) == 1010
+    pace.handed_over(20, False, 101.0)  # a claim found fewer than it asked for: the burst is over
+    assert pace.most(1000, 101.0) == Prefetch.FIRST
