@@ -44,6 +44,8 @@ class Claims:
         self._active_by_queue: collections.Counter[str] = collections.Counter()
         self.finished_total = 0
         """Handlers finished so far: the producer's measure of how fast jobs finish."""
+        self.busy_total = 0.0
+        """Seconds the handlers finished so far took, in all: its measure of how long one takes."""
         self.freed = Flag()
         """Raised whenever a handler finishes (a slot freed)."""
         self.idle = Flag()
@@ -69,11 +71,13 @@ class Claims:
             self.idle.clear()
         return superseded
 
-    def finished(self, job: Job) -> None:
-        """``job``'s handler is done (its outcome may still be unwritten): free its slot."""
+    def finished(self, job: Job, took: float = 0.0) -> None:
+        """``job``'s handler is done after ``took`` seconds (its outcome may still be unwritten):
+        free its slot."""
         self._active -= 1
         self._active_by_queue[job.queue] -= 1
         self.finished_total += 1
+        self.busy_total += took
         self.freed.set()
         if not self._active:
             self.idle.set()

@@ -2,9 +2,9 @@
 how many one claim of a worker with many slots takes.
 
 The producer asks :class:`Prefetch` for the buffer before each claim and tells it what it sees:
-jobs finished (the rate), claims made (the round trip) and handed over (full or not), and the
-moments no handler runs. It never talks to the
-database and never claims anything itself.
+jobs finished and the time their handlers took (the rate, and the most it could be), claims
+made (the round trip) and handed over (full or not), and the moments no handler runs. It never
+talks to the database and never claims anything itself.
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ class Prefetch:
     Short jobs are so claimed in large batches; jobs that take longer than a round trip (a 1-s
     job against a 1-ms claim) round down to a buffer of 0, so a worker never hoards work that
     other workers could start now. The rate is an exponentially weighted average of the finished
-    count, quick to rise and slower to fall.
+    count, quick to rise and slower to fall. Jobs started together finish together, so over a
+    few milliseconds the finishing count of long jobs can read as a rate many times what their
+    handlers could reach: the rate the buffer follows is capped at ``slots`` handlers' pace
+    (slots over the time a handler takes), by Little's law the most they can finish.
 
     While the buffer is too small the rate understates what the handlers could do: they finish
     a claim's jobs and then wait for the next claim, so the rate is the claims', not theirs. A
@@ -52,30 +55,46 @@ class Prefetch:
     """Time constants (seconds) of the rate's average when it rises and when it falls (and of
     the fading of the floor)."""
 
-    __slots__ = ("_at", "_bursting", "_finished", "_floor", "_floor_at", "_full", "cap", "rate", "round_trip")
+    __slots__ = ("_at", "_bursting", "_busy", "_finished", "_floor", "_floor_at", "_full", "cap", "handler_time",
+                 "rate", "round_trip", "slots")
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, slots: int | None = None) -> None:
         self.cap = cap
+        self.slots = slots
+        """Handlers that run at once (None: no cap on the rate)."""
         self.rate = 0.0
         """Jobs finished per second (estimate)."""
+        self.handler_time = 0.0
+        """Seconds a handler takes (estimate; the first jobs finished set it), quick to rise and
+        slower to fall."""
         self.round_trip = 0.0
         """Seconds one claim takes (estimate)."""
         self._at = time.monotonic()
         self._finished = 0
+        self._busy = 0.0
         self._floor = 0
         self._floor_at = self._at
         self._full: tuple[int, float] | None = None  # the last claim's size and hand-over, if full
         self._bursting = False  # the last claim got all it asked for: a burst is being claimed
 
-    def finished(self, total: int, now: float) -> None:
-        """Jobs finished so far were ``total`` at ``now``: update the rate."""
+    def finished(self, total: int, now: float, busy: float = 0.0) -> None:
+        """Jobs finished so far were ``total`` at ``now``, their handlers having taken ``busy``
+        seconds in all: update the rate and the handler time."""
         span = now - self._at
         if span < self.SAMPLE:
             return
-        sample = (total - self._finished) / span
+        done = total - self._finished
+        sample = done / span
         tau = self.RISE if sample > self.rate else self.FALL
         self.rate += (1.0 - math.exp(-span / tau)) * (sample - self.rate)
-        self._at, self._finished = now, total
+        if done > 0:
+            took = (busy - self._busy) / done  # the mean of the jobs finished since the last sample
+            if not self.handler_time:
+                self.handler_time = took
+            else:
+                tau = self.RISE if took > self.handler_time else self.FALL
+                self.handler_time += (1.0 - math.exp(-span / tau)) * (took - self.handler_time)
+        self._at, self._finished, self._busy = now, total, busy
 
     def claimed(self, seconds: float) -> None:
         """A claim took ``seconds``: update the round trip."""
@@ -114,7 +133,10 @@ class Prefetch:
         """Jobs to hold beyond the free slots now."""
         if not self.cap:
             return 0
-        by_rate = int(self.rate * self.round_trip * self.MARGIN)
+        rate = self.rate
+        if self.slots is not None and self.handler_time > 0.0:
+            rate = min(rate, self.slots / self.handler_time)
+        by_rate = int(rate * self.round_trip * self.MARGIN)
         return min(self.cap, max(by_rate, self.floor(time.monotonic() if now is None else now)))
 
     def most(self, slots: int, now: float | None = None) -> int:

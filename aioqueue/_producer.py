@@ -78,7 +78,7 @@ class Producer:
         """Claimed jobs made dead at once because no handler could be called with their row."""
         self._stopping = False
         self._slots = config.slots_by_queue
-        self.prefetch = Prefetch(config.prefetch)
+        self.prefetch = Prefetch(config.prefetch, slots=config.concurrency)
         # Queues with a global limit or per-key settings (claimed by the limits' statement) and,
         # of those, the ones with a global limit, whose settings rows a claim locks first.
         # Re-read at most every `limits_refresh` seconds.
@@ -86,6 +86,8 @@ class Producer:
         self.locked: list[str] = []
         self.limits_refresh = max(config.poll_interval, 1.0)
         self._limits_read_at = -math.inf
+        # Seconds the last claim spent re-reading those settings: no part of a claim's round trip.
+        self._limits_took = 0.0
 
     # -- steering ------------------------------------------------------------------------------
 
@@ -105,7 +107,7 @@ class Producer:
     def capacity(self) -> tuple[int, list[int] | None]:
         """How many jobs to claim now in all, and per queue when the worker caps queues."""
         cfg, now = self.config, time.monotonic()
-        self.prefetch.finished(self.claims.finished_total, now)
+        self.prefetch.finished(self.claims.finished_total, now, self.claims.busy_total)
         if not self.claims.active:
             self.prefetch.idle(now)
         free = min(cfg.concurrency + self.prefetch.target(now) - self.claims.active, cfg.batch_size or 1,
@@ -265,6 +267,7 @@ class Producer:
             lease=self.config.lease, limit=limit, commit_mode=self.config.commit_mode,
         )
         handed: list[Job] | None = None
+        self._limits_took = 0.0
         try:
             async with self.db.connection() as conn:
                 self.connected.set()
@@ -274,6 +277,7 @@ class Producer:
                     self.limited = [r["name"] for r in limited]
                     self.locked = [r["name"] for r in limited if r["locked"]]
                     self._limits_read_at = now
+                    self._limits_took = time.monotonic() - now
                 while True:
                     b = claim(limited=bool(self.limited), timed=True)
                     if self.locked:
@@ -328,7 +332,10 @@ class Producer:
                 self.wakeups.claiming()
                 started = time.monotonic()
                 jobs = await self.claim(limit, per_queue, hand_over)
-                self.prefetch.claimed(time.monotonic() - started)
+                # Less the settings read: at a worker's start it is the first statement on a cold
+                # server session, which can take many claims' time on a loaded machine, and the
+                # buffer it would then size holds long jobs back from other workers.
+                self.prefetch.claimed(time.monotonic() - started - self._limits_took)
                 return jobs
             except Exception as exc:
                 failures += 1

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -213,6 +214,7 @@ class Runners:
         taken = 0
         while job is not None:
             taken += 1
+            begun = time.perf_counter()
             try:
                 if self._stopping():
                     # Claimed but not started when shutdown began: give it back untouched.
@@ -231,7 +233,7 @@ class Runners:
                 # lease returns it if no outcome was recorded.
                 logger.exception("internal error while running job %d attempt %d", job.id, job.attempt)
             finally:
-                self._claims.finished(job)
+                self._claims.finished(job, time.perf_counter() - begun)
             if taken % YIELD_EVERY == 0:
                 await asyncio.sleep(0)
             job = self._jobs.popleft() if self._jobs else await self._take()

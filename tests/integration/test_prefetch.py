@@ -4,13 +4,15 @@ it holds unstarted."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import anyio
 import asyncpg
+import pytest
 
 import aioqueue
-from tests.support.helpers import eventually
+from tests.support.helpers import eventually, noop_task
 
 
 async def test_two_worker_processes_share_one_second_jobs(dsn: str, db: asyncpg.Connection) -> None:
@@ -113,6 +115,23 @@ async def test_jobs_longer_than_a_claim_are_never_claimed_ahead(q: aioqueue.Queu
     with anyio.fail_after(60):
         assert (await worker.run_until_empty()).succeeded == 6
     assert max(held) <= 2  # every claim took the free slots alone: nothing held back unstarted
+
+
+async def test_a_slow_read_of_the_queue_settings_is_no_part_of_a_claims_round_trip(
+    q: aioqueue.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The read is the first statement of a worker's first claim, on a cold server session: on a
+    # loaded machine it took 0.25 s where claims took 10 ms, and a buffer sized by that round
+    # trip held 1-s jobs back unstarted (the test above failed one run in twenty).
+    db = q.database
+    slow = db.queries.limited_queues.replace("WHERE ", "WHERE (SELECT pg_sleep(0.5)::text) = '' AND ", 1)
+    monkeypatch.setattr(db, "queries", dataclasses.replace(db.queries, limited_queues=slow))
+    await noop_task(q, "noop").enqueue()
+    worker = q.worker(concurrency=2)
+    with anyio.fail_after(60):
+        assert (await worker.run_until_empty()).succeeded == 1
+    assert worker.producer is not None and worker.producer.statements >= 1
+    assert 0 < worker.producer.prefetch.round_trip < 0.25
 
 
 async def test_stopping_worker_hands_back_unstarted_jobs_at_once(q: aioqueue.Queue, db: asyncpg.Connection) -> None:

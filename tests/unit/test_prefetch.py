@@ -130,3 +130,34 @@ def test_a_large_worker_claims_a_burst_in_a_short_first_claim_then_in_halves() -
     assert pace.most(10, pace._at) == 1010
     pace.handed_over(20, False, 101.0)  # a claim found fewer than it asked for: the burst is over
     assert pace.most(1000, 101.0) == Prefetch.FIRST
+
+
+def test_long_jobs_finishing_together_are_not_read_as_a_fast_rate() -> None:
+    # Two 1-s jobs on two slots, started together, finishing 25 ms apart: the second finish
+    # alone reads as 40 jobs/s, but two handlers of 1 s finish at most 2 a second.
+    def after_two_finishes(slots: int | None) -> int:
+        pace = Prefetch(cap=1000, slots=slots)
+        pace.claimed(0.011)  # a round trip of a loaded machine
+        start = pace._at
+        pace.finished(1, start + 1.0, busy=1.0)
+        pace.finished(2, start + 1.025, busy=2.0)
+        assert 0.99 < pace.handler_time <= 1.0
+        return pace.target(start + 1.025)
+
+    assert after_two_finishes(None) >= 1  # the rate alone: a 1-s job held back unstarted
+    assert after_two_finishes(2) == 0
+
+
+def test_the_handlers_pace_caps_only_a_rate_beyond_it() -> None:
+    # No-op jobs at 50,000/s on 10 slots, 20 us each: far below their pace, the rate stands.
+    pace = Prefetch(cap=1000, slots=10)
+    pace.claimed(0.001)
+    for step in range(1, 50):
+        pace.finished(1000 * step, pace._at + 0.02, busy=0.02 * step)
+    assert 50 * Prefetch.MARGIN * 0.9 <= pace.target() <= 50 * Prefetch.MARGIN
+    # 10-ms jobs on 10 slots finish 1,000 a second at most, whatever a short sample reads.
+    slow = Prefetch(cap=1000, slots=10)
+    slow.claimed(0.05)
+    slow.finished(40, slow._at + 0.02, busy=0.4)  # forty finishing together
+    assert slow.rate > 1000
+    assert slow.target() == int(1000 * 0.05 * Prefetch.MARGIN)
