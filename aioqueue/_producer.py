@@ -58,7 +58,7 @@ class Producer:
         self.wakeups = Wakeups(self.queues, config.poll_interval)
         """What makes the producer look again short of a free slot; the listener's callbacks."""
         self._claim_started = time.monotonic()
-        # The database time of our last claim, if it told one (claim_timed: a limited claim).
+        # The database time of our last claim (every claim of ours tells it: see claim_timed).
         self._claimed_at: datetime.datetime | None = None
         self.claims = claims if claims is not None else Claims()
         self.completer = completer
@@ -286,7 +286,7 @@ class Producer:
                             rows = await conn.fetch(b.sql, *b.args)
                     else:
                         rows = await conn.fetch(b.sql, *b.args)
-                    self._claimed_at = _claim_time(rows) if self.limited else None
+                    self._claimed_at = _claim_time(rows)
                     jobs, bad = decode_claimed(rows)
                     if len(jobs) > 1:
                         # UPDATE ... RETURNING gives rows in no particular order: hand them to the
@@ -347,7 +347,7 @@ class Producer:
 
 
 def _claim_time(rows: list[asyncpg.Record]) -> datetime.datetime | None:
-    """Take out of a limited claim's rows the one that tells its database time (a NULL id, the
+    """Take out of a claim's rows the one that tells its database time (a NULL id, the
     time in ``run_at``, after the jobs: see ``claim_timed``) and return that time."""
     for i in range(len(rows) - 1, -1, -1):
         if rows[i]["id"] is None:

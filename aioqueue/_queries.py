@@ -50,6 +50,7 @@ class Queries:
     enqueue_many_keyed: str
     claim: str
     claim_unlimited: str
+    claim_unlimited_timed: str
     claim_timed: str
     next_wakeup: str
     ready_jobs: str

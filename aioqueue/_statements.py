@@ -74,11 +74,13 @@ class Statements:
         """Claim up to ``wants[i]`` jobs of ``queues[i]``, ``limit`` in all, for ``worker`` under a
         lease of ``lease`` seconds; ``limited``: some of the queues have a global limit (the
         caller has locked their settings rows) or per-key settings, else the cheaper
-        ``claim_unlimited``. ``timed`` (``limited`` only): after the jobs, a row with a NULL id
-        and the claim's database time in ``run_at`` (``claim_timed``)."""
-        sql = self.queries.claim_unlimited
+        ``claim_unlimited``. ``timed``: after the jobs, a row with a NULL id and the claim's
+        database time in ``run_at`` (``claim_timed``, ``claim_unlimited_timed``)."""
+        q = self.queries
         if limited:
-            sql = self.queries.claim_timed if timed else self.queries.claim
+            sql = q.claim_timed if timed else q.claim
+        else:
+            sql = q.claim_unlimited_timed if timed else q.claim_unlimited
         return Bound(sql, (queues, wants, worker, lease, limit, commit_mode))
 
     def extend_leases(self, *, ids: Sequence[int], attempts: Sequence[int], lease: float) -> Bound:

@@ -242,6 +242,13 @@ started AS (
 -- claim): claim_jobs alone, without the limits' arithmetic. A paused queue is still skipped.
 SELECT c.* FROM {schema}.claim_jobs($1::text[], $2::int[], $3::text, $4::float8, $5::int, $6::text) AS c;
 
+-- name: claim_unlimited_timed
+-- A worker's claim_unlimited, and after its jobs the row of claim_timed: a NULL id and the
+-- claim's database time in run_at.
+SELECT c.* FROM {schema}.claim_jobs($1::text[], $2::int[], $3::text, $4::float8, $5::int, $6::text) AS c
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, {schema}.now(), NULL;
+
 -- name: next_wakeup
 -- When the producer should look again without being told, in seconds from now (NULL: no
 -- reason before its poll): the earliest pending job of the queues $1 that was not due when our
@@ -250,7 +257,8 @@ SELECT c.* FROM {schema}.claim_jobs($1::text[], $2::int[], $3::text, $4::float8,
 -- and for their key-rate limited queues, when the key the last keyed claim held back for its
 -- rate gets room (set by claim_keyed; one set after our last claim started and passed: look at
 -- once; one that passed before it, that claim saw). Our last claim's time: $3, its database
--- time (claim_timed), else $2 seconds ago (a claim_unlimited, which tells none).
+-- time (claim_timed, claim_unlimited_timed), else $2 seconds ago (a claim that told none; that
+-- is late by as long as this statement took to start, and a job due in between is missed).
 WITH since AS (
     SELECT coalesce($3::timestamptz, {schema}.now() - make_interval(secs => $2)) AS at
 ),
