@@ -22,9 +22,10 @@ last progress is neither lost nor written after the outcome (which the claim's f
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -41,6 +42,28 @@ if TYPE_CHECKING:
     from ._job import Job
 
 logger = logging.getLogger("aioqueue.completer")
+
+
+class SharedConnection:
+    """A connection the completer's writes share, taking turns, with whoever lent it (the
+    worker's first statements), until it is taken back: outcomes need not wait for those
+    statements, nor the pool open one connection more for them."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn: Connection | None = conn
+        self._lock = anyio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[Connection | None]:
+        """Hold the connection (None once taken back) for one statement or a few."""
+        async with self._lock:
+            yield self.conn
+
+    async def take_back(self) -> None:
+        """Wait for the turn in progress to end; the completer then writes on the pool's."""
+        async with self._lock:
+            self.conn = None
+
 
 class Completer:
     """Buffers job outcomes and writes them in batches."""
@@ -87,6 +110,8 @@ class Completer:
         """Statements that wrote reported progress so far."""
         self.warmed = anyio.Event()
         """Set once :meth:`warm_up` has run (by :meth:`run`, unless the caller did it first)."""
+        self.shared: SharedConnection | None = None
+        """A connection lent to the writes, taken in turns, until it is taken back (then None)."""
 
     def __len__(self) -> int:
         """Outcomes buffered and not yet written."""
@@ -282,6 +307,10 @@ class Completer:
             self._ready.set()
 
     async def _write(self, batch: Batch) -> bool:
+        if (shared := self.shared) is not None:
+            async with shared.turn() as lent:
+                if lent is not None:
+                    return await self._write_on(lent, batch)
         async with self.db.connection() as conn:
             return await self._write_on(conn, batch)
 

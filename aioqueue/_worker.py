@@ -28,7 +28,7 @@ from . import _steps as steps
 from . import _stop_signals as stop_signals
 from ._cancel_watch import CancelWatch
 from ._claims import ClaimKey, Claims
-from ._completer import Completer
+from ._completer import Completer, SharedConnection
 from ._config import WorkerConfig, WorkerOptions
 from ._errors import ConfigurationError
 from ._executor import Executor
@@ -254,28 +254,41 @@ class Worker:
         self, services: TaskGroup, producer: Producer, completer: Completer, registry: WorkerRegistry,
         maintenance: Maintenance, started: anyio.Event,
     ) -> None:
-        """The worker's first statements other than claims, one after the other on one
-        connection, the pool's next once the first claim holds the open one: the registry's
-        row, the reaper (a worker that starts after a crash gets the jobs whose leases ran
-        out; a burst does not end before it has claimed them), then the completer's warm-up.
-        So the first claim waits for none of them, and the pool opens one connection more
-        (which the completer then writes on), not one for each."""
+        """The worker's first statements other than claims, on one connection, the pool's next
+        once the first claim holds the open one: the completer's warm-up, then, taking turns
+        with the outcomes' writes (which need not wait for them), the registry's row and the
+        reaper (a worker that starts after a crash gets the jobs whose leases ran out; a burst
+        does not end before it has claimed them). So the first claim waits for none of them,
+        and the pool opens one connection more (which the completer then writes on), not one
+        for each."""
         await producer.connected.wait()
-        registering = False
+        registering = writing = False
         try:
             async with self.app.database.connection() as conn:
-                services.start_soon(registry.run, conn)
-                registering = True
-                await registry.tried.wait()
-                await maintenance.step(functools.partial(maintenance.reap, conn))
-                started.set()
-                await completer.warm_up(conn)
+                shared = completer.shared = SharedConnection(conn)
+                try:
+                    async with shared.turn():
+                        await completer.warm_up(conn)
+                    services.start_soon(completer.run)
+                    writing = True
+                    async with shared.turn():
+                        services.start_soon(registry.run, conn)
+                        registering = True
+                        await registry.tried.wait()
+                    async with shared.turn():
+                        await maintenance.step(functools.partial(maintenance.reap, conn))
+                finally:
+                    # Not given back to the pool while a write is under way on it.
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
+                        await shared.take_back()
+                    completer.shared = None
         except Exception as exc:  # no connection: each service gets its own later, or retries
             logger.warning("starting the worker's services failed (%s: %s)", type(exc).__name__, exc)
             if not registering:
                 services.start_soon(registry.run)
         started.set()
-        services.start_soon(completer.run)
+        if not writing:
+            services.start_soon(completer.run)
 
     async def _ready_once(self, *events: anyio.Event) -> None:
         """Set :attr:`ready` once every one of ``events`` is set."""

@@ -112,9 +112,10 @@ async def test_a_supervisor_of_n_holds_n_pools_and_n_listeners(
 
 
 async def test_a_burst_drains_on_two_connections(dsn: str) -> None:
-    # One for the claims, one for the outcomes (the registry row, the reaper and the outcome
-    # write's plan go first on it); upkeep and vacuum checks wait until the burst is over or
-    # has lasted their interval, so none opens a third beside a short burst.
+    # One for the claims, one for the outcomes (the outcome write's plan goes first on it, then
+    # the registry row and the reaper take turns with the writes); upkeep and vacuum checks
+    # wait until the burst is over or has lasted their interval, so none opens a third beside
+    # a short burst.
     async with aioqueue.Queue(dsn) as q:
 
         @q.task

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue._completer import Completer
+from aioqueue._completer import Completer, SharedConnection
 from aioqueue._config import WorkerConfig
 from aioqueue._producer import Producer
 from tests.support.helpers import burst_of_noops, eventually, hang_until_cancelled, noop_task, reclaimed, running
@@ -350,6 +350,34 @@ async def test_a_flush_writes_at_most_batch_size_outcomes_a_statement(
     assert written == [10, 10, 5]  # 25 outcomes buffered at once, written 10 at a time
     rows = await db.fetch("SELECT status, count(*) FROM aioqueue.jobs GROUP BY status")
     assert [tuple(r) for r in rows] == [("pending", 5)]  # 20 deleted, 5 back for a retry
+
+
+async def test_writes_take_turns_on_a_lent_connection(dsn: str, db: asyncpg.Connection) -> None:
+    # The worker lends its start-up connection to the outcomes' writes: they take turns on it
+    # and never wait for the pool (here its one connection is the lent one), until it is
+    # taken back, which waits for the write under way.
+    async with aioqueue.Queue(dsn, pool_max_size=1) as q:
+        noop = noop_task(q, "noop")
+        await noop.enqueue_many([{}] * 4)
+        jobs = await Producer(q.database, WorkerConfig(name="w", lease=60), queues=["default"]).claim(4)
+        completer = Completer(q.database)
+        async with q.database.connection() as conn:
+            shared = completer.shared = SharedConnection(conn)
+            completer.succeeded(jobs[0], None)
+            with anyio.fail_after(10):
+                await completer.flush()
+            assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 3
+            async with anyio.create_task_group() as tg, shared.turn() as held:
+                assert held is conn
+                tg.start_soon(shared.take_back)
+                with anyio.fail_after(10):
+                    await anyio.wait_all_tasks_blocked()
+                assert shared.conn is conn  # not taken back during a turn
+            assert shared.conn is None
+        completer.succeeded(jobs[1], None)
+        with anyio.fail_after(10):
+            await completer.flush()  # on the pool's connection, given back
+        assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 2
 
 
 async def test_args_round_trip_through_json(q: aioqueue.Queue) -> None:
