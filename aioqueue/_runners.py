@@ -214,12 +214,13 @@ class Runners:
         taken = 0
         while job is not None:
             taken += 1
-            begun = time.perf_counter()
+            begun = 0.0  # when its handler started (the executor's clock), if it did
             try:
                 if self._stopping():
                     # Claimed but not started when shutdown began: give it back untouched.
                     self._completer.rescheduled(job, 0.0)
                 elif (call := executor.start(job, attempt)) is not None:
+                    begun = attempt.started
                     # The handler is awaited here, in the runner's own frame (see start()).
                     try:
                         result = await call
@@ -233,7 +234,7 @@ class Runners:
                 # lease returns it if no outcome was recorded.
                 logger.exception("internal error while running job %d attempt %d", job.id, job.attempt)
             finally:
-                self._claims.finished(job, time.perf_counter() - begun)
+                self._claims.finished(job, time.perf_counter() - begun if begun else 0.0)
             if taken % YIELD_EVERY == 0:
                 await asyncio.sleep(0)
             job = self._jobs.popleft() if self._jobs else await self._take()
