@@ -28,6 +28,7 @@ async def _spawn_workflow_worker(dsn: str, log: Path) -> Process:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # its own bound is the 600 s below; it takes 80 s, over 120 s on a loaded machine
 async def test_workflows_survive_sigkill_every_two_seconds_and_a_server_restart(tmp_path: Path) -> None:
     """1,000 workflows of 5 steps (a step, a fan-out of 3 in a group after it, the group's callback),
     3 worker processes, one SIGKILLed every 2 s and replaced, the server stopped (immediate) and
