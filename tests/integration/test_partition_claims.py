@@ -68,3 +68,20 @@ async def test_a_key_an_open_claim_holds_is_passed_over_then_counted(
     running_now = await db.fetch(
         "SELECT partition_key, count(*) AS n FROM aioqueue.jobs WHERE status = 'running' GROUP BY 1 ORDER BY 1")
     assert [(r["partition_key"], r["n"]) for r in running_now] == [("a", 1), ("b", 1)]
+
+
+async def test_a_keyed_claim_takes_no_more_than_it_asks_for(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    """A fair queue of three keys, a claim of 10: a turn each, then turns of several jobs per key
+    for the rest, which stop at the 10th job (the claim of migration 0026 took 12)."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", fair=True)
+    for key in ("a", "b", "c"):
+        await work.options(partition_key=key).enqueue_many([{}] * 20)
+    taken = [r["partition_key"] for r in await db.fetch(CLAIM, 10)]
+    assert len(taken) == 10
+    assert set(taken) == {"a", "b", "c"}
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status = 'running'") == 10

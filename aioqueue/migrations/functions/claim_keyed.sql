@@ -68,6 +68,13 @@ DECLARE
     pass_keys   text[] COLLATE "C";
     walked      int;
     walk_limit  int;
+    walk_keys   text[] COLLATE "C";
+    -- Of each key of a pass that may take a job, its oldest pending job at the level, as the
+    -- walk found it (the job a turn of one takes, unless another claim took it since).
+    cand_ids    bigint[];
+    -- And how many jobs each of them may give in its turn (its room, at most the turn).
+    cand_room   int[];
+    circle      int;
     per_turn    int;
     circle_keys int;
     level       int;
@@ -115,77 +122,115 @@ BEGIN
             hi := NULL;
             wrapped := false;
             per_turn := 1;
+            circle := 1;
             circle_keys := 0;
             LOOP
                 EXIT levels WHEN want <= 0 OR probes >= max_probes;
-                walk_limit := least(want, max_probes - probes);
-                WITH RECURSIVE walk(k, n) AS (
-                    SELECT (SELECT j.partition_key FROM {schema}.jobs AS j
-                            WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
-                              AND j.priority = level AND j.partition_key > lo AND (hi IS NULL OR j.partition_key <= hi)
-                            ORDER BY j.partition_key LIMIT 1), 1
+                -- A pass walks until it has as many keys with room as it wants (below), so it
+                -- may walk as far as the probes allow: passes are statements, and a claim of
+                -- hundreds of jobs must not go on in passes of a few keys once its want runs low.
+                walk_limit := max_probes - probes;
+                -- The keys in turn, one index probe each, and for each whether this claim may take
+                -- a job of it: a per-key limit leaves room in it (as this statement's snapshot
+                -- sees it) and this claim could lock it (no other claim takes a job of a locked
+                -- key until this one commits). Under no per-key limit, every key (jobs are locked
+                -- one by one, SKIP LOCKED, below). The walk stops once it has as many keys as the
+                -- claim wants (`got`): keys after those have no turn in this pass, and the next
+                -- pass, or claim, starts after the last key walked. The CASE keeps the lock last:
+                -- a key is locked only if it has room.
+                WITH RECURSIVE walk(k, n, ok, got, id) AS (
+                    SELECT lo, 0, false, 0, NULL::bigint  -- where the pass starts: not a key of it
                     UNION ALL
-                    SELECT (SELECT j.partition_key FROM {schema}.jobs AS j
-                            WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
-                              AND j.priority = level AND j.partition_key > w.k AND (hi IS NULL OR j.partition_key <= hi)
-                            ORDER BY j.partition_key LIMIT 1), w.n + 1
+                    SELECT x.k, w.n + 1, t.ok, w.got + t.ok::int, x.id
                     FROM walk AS w
-                    WHERE w.k IS NOT NULL AND w.n < walk_limit
+                    -- The next key, and its first entry at the level: its oldest pending job.
+                    CROSS JOIN LATERAL (
+                        SELECT j.partition_key, j.id, j.run_at FROM {schema}.jobs AS j
+                        WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
+                          AND j.priority = level AND j.partition_key > w.k AND (hi IS NULL OR j.partition_key <= hi)
+                        ORDER BY j.partition_key, j.run_at, j.id LIMIT 1) AS x(k, id, run_at)
+                    CROSS JOIN LATERAL (SELECT CASE
+                        -- Its oldest job is not due: none of its jobs is ready.
+                        WHEN x.run_at > {schema}.now() THEN false
+                        WHEN per_key IS NULL AND key_rate IS NULL THEN true
+                        -- The key's running jobs, counted up to the limit (that is all it takes to
+                        -- know its room), and this call's picks.
+                        WHEN per_key - coalesce(array_length(array_positions(picked_keys, x.k), 1), 0) - (
+                            SELECT count(*) FROM (
+                                SELECT FROM {schema}.jobs AS r
+                                WHERE r.status = 'running' AND r.partition_key = x.k AND r.queue = q
+                                LIMIT per_key) AS r) <= 0 THEN false
+                        -- The key's rate: its starts inside the window, and this call's picks.
+                        WHEN key_rate - coalesce(array_length(array_positions(picked_keys, x.k), 1), 0) - (
+                            SELECT count(*) FROM {schema}.key_starts AS r
+                            WHERE r.queue = q AND r.partition_key = x.k
+                              AND r.started_at > {schema}.now() - make_interval(secs => key_period)) <= 0 THEN false
+                        ELSE pg_try_advisory_xact_lock(key_class, hashtext(q || '/' || x.k)) END) AS t(ok)
+                    WHERE w.n < walk_limit AND w.got < want
                 )
-                -- The keys walked and, of those a per-key limit leaves room in (as this
-                -- statement's snapshot sees them), those this claim could lock: no other claim
-                -- takes a job of a locked key until this one commits. Under no per-key limit,
-                -- every key walked (jobs are locked one by one, SKIP LOCKED, below).
-                SELECT coalesce(array_agg(w.k ORDER BY w.n) FILTER (WHERE CASE
-                           WHEN per_key IS NULL AND key_rate IS NULL THEN true
-                           WHEN per_key - coalesce(array_length(array_positions(picked_keys, w.k), 1), 0) - (
-                               SELECT count(*) FROM {schema}.jobs AS r
-                               WHERE r.status = 'running' AND r.partition_key = w.k AND r.queue = q) <= 0 THEN false
-                           -- The key's rate: its starts inside the window, and this call's picks.
-                           WHEN key_rate - coalesce(array_length(array_positions(picked_keys, w.k), 1), 0) - (
-                               SELECT count(*) FROM {schema}.key_starts AS r
-                               WHERE r.queue = q AND r.partition_key = w.k
-                                 AND r.started_at > {schema}.now() - make_interval(secs => key_period)) <= 0 THEN false
-                           ELSE pg_try_advisory_xact_lock(key_class, hashtext(q || '/' || w.k)) END), '{}'),
-                       count(w.k), max(w.k),
-                       CASE WHEN key_rate IS NOT NULL THEN array_agg(w.k) END
-                INTO cand_keys, walked, last_key, pass_seen
+                SELECT coalesce(array_agg(w.k ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
+                       coalesce(array_agg(w.id ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
+                       coalesce(array_agg(w.k ORDER BY w.n), '{}')
+                INTO cand_keys, cand_ids, walk_keys
                 FROM walk AS w
-                WHERE w.k IS NOT NULL;
-                -- Each key's turn: its oldest ready jobs, as many as the turn and its limit allow.
-                -- A statement of its own, so its snapshot is taken after the keys were locked: it
+                WHERE w.n > 0;
+                walked := cardinality(walk_keys);
+                last_key := walk_keys[walked];
+                pass_seen := CASE WHEN key_rate IS NOT NULL THEN walk_keys END;
+                -- Each key's turn: as many jobs as the turn and its limit allow. A statement of its
+                -- own, after the walk, so its snapshot is taken after the keys were locked: it
                 -- sees every job that the claims that held them before took (a lock is released
                 -- only once its transaction is visible as committed), and counts them.
-                WITH turns AS (
-                    SELECT k.k, c.id
-                    FROM unnest(cand_keys) AS k(k)
-                    CROSS JOIN LATERAL (
-                        SELECT c.id FROM {schema}.jobs AS c
-                        -- The key as a range of one, in the keyed index's order: an order no other
-                        -- index gives without a sort, whatever the statistics say (an equality would
-                        -- drop the key from the order, and statistics of few keys make one key look
-                        -- like the whole queue).
-                        WHERE c.status = 'pending' AND c.partition_key >= k.k AND c.partition_key <= k.k
-                          AND c.queue = q AND c.priority = level AND c.run_at <= {schema}.now()
-                          AND c.id <> ALL (picked)
-                        ORDER BY c.partition_key, c.run_at, c.id
-                        LIMIT greatest(0, least(
-                            per_turn,
-                            CASE WHEN per_key IS NOT NULL THEN per_key - (
-                                SELECT count(*) FROM {schema}.jobs AS r
-                                WHERE r.status = 'running' AND r.partition_key = k.k AND r.queue = q
-                            ) - coalesce(array_length(array_positions(picked_keys, k.k), 1), 0) END,
-                            CASE WHEN key_rate IS NOT NULL THEN key_rate - (
-                                SELECT count(*) FROM {schema}.key_starts AS r
-                                WHERE r.queue = q AND r.partition_key = k.k
-                                  AND r.started_at > {schema}.now() - make_interval(secs => key_period)
-                            ) - coalesce(array_length(array_positions(picked_keys, k.k), 1), 0) END))
-                        FOR UPDATE SKIP LOCKED
-                    ) AS c
-                )
-                SELECT coalesce(array_agg(t.id), '{}'), coalesce(array_agg(t.k), '{}')
-                INTO pass_ids, pass_keys
-                FROM turns AS t;
+                SELECT coalesce(array_agg(greatest(0, least(
+                           per_turn,
+                           CASE WHEN per_key IS NOT NULL THEN per_key - (
+                               SELECT count(*) FROM (
+                                   SELECT FROM {schema}.jobs AS r
+                                   WHERE r.status = 'running' AND r.partition_key = k.k AND r.queue = q
+                                   LIMIT per_key) AS r
+                           ) - coalesce(array_length(array_positions(picked_keys, k.k), 1), 0) END,
+                           CASE WHEN key_rate IS NOT NULL THEN key_rate - (
+                               SELECT count(*) FROM {schema}.key_starts AS r
+                               WHERE r.queue = q AND r.partition_key = k.k
+                                 AND r.started_at > {schema}.now() - make_interval(secs => key_period)
+                           ) - coalesce(array_length(array_positions(picked_keys, k.k), 1), 0) END)) ORDER BY k.o), '{}')
+                INTO cand_room
+                FROM unnest(cand_keys) WITH ORDINALITY AS k(k, o);
+                -- The turns, the key's oldest ready jobs, stopping at what the claim wants. Under a
+                -- per-key limit of 1, in the first circle, a turn is the job the walk found, taken
+                -- by primary key if it is still pending: a claim that took it since filled the
+                -- key's one slot (one that holds it now holds the key's lock, which this claim
+                -- then could not have taken).
+                IF circle = 1 AND per_key = 1 THEN
+                    SELECT coalesce(array_agg(t.id), '{}'), coalesce(array_agg(t.k), '{}')
+                    INTO pass_ids, pass_keys
+                    FROM (SELECT k.k, c.id
+                          FROM unnest(cand_keys, cand_ids, cand_room) AS k(k, first_id, room)
+                          CROSS JOIN LATERAL (
+                              SELECT c.id FROM {schema}.jobs AS c
+                              WHERE c.id = k.first_id AND c.status = 'pending' AND c.run_at <= {schema}.now()
+                              LIMIT k.room
+                              FOR UPDATE SKIP LOCKED) AS c
+                          LIMIT want) AS t;
+                ELSE
+                    SELECT coalesce(array_agg(t.id), '{}'), coalesce(array_agg(t.k), '{}')
+                    INTO pass_ids, pass_keys
+                    FROM (SELECT k.k, c.id
+                          FROM unnest(cand_keys, cand_room) AS k(k, room)
+                          CROSS JOIN LATERAL (
+                              SELECT c.id FROM {schema}.jobs AS c
+                              -- The key as a range of one, in the keyed index's order: an order no
+                              -- other index gives without a sort, whatever the statistics say (an
+                              -- equality would drop the key from the order, and statistics of few
+                              -- keys make one key look like the whole queue).
+                              WHERE c.status = 'pending' AND c.partition_key >= k.k AND c.partition_key <= k.k
+                                AND c.queue = q AND c.priority = level AND c.run_at <= {schema}.now()
+                                AND c.id <> ALL (picked)
+                              ORDER BY c.partition_key, c.run_at, c.id
+                              LIMIT k.room
+                              FOR UPDATE SKIP LOCKED) AS c
+                          LIMIT want) AS t;
+                END IF;
                 probes := probes + walked + 1;
                 seen_keys := seen_keys || coalesce(pass_seen, '{}');
                 picked := picked || pass_ids;
@@ -195,7 +240,7 @@ BEGIN
                     served := (SELECT max(x) FROM unnest(pass_keys) AS x);
                     circle_keys := circle_keys + (SELECT count(DISTINCT x) FROM unnest(pass_keys) AS x);
                 END IF;
-                IF walked >= walk_limit THEN
+                IF walked >= walk_limit OR cardinality(cand_keys) >= want THEN
                     lo := last_key;  -- more keys in this circle
                     CONTINUE;
                 END IF;
@@ -211,6 +256,7 @@ BEGIN
                 -- the queue again for nothing, most of them at their limit).
                 EXIT WHEN circle_keys = 0 OR per_key <= per_turn;
                 per_turn := greatest(1, ceil(want::numeric / circle_keys)::int);
+                circle := circle + 1;
                 circle_keys := 0;
                 lo := '';
                 hi := NULL;
@@ -242,9 +288,14 @@ BEGIN
         budget := budget + want;
         IF served IS DISTINCT FROM start_key THEN
             -- Unless a concurrent claim holds the row (it moves the cursor): waiting for it would
-            -- make the claims of a queue take turns again.
+            -- make the claims of a queue take turns again. Nor back: a claim that started from
+            -- the same cursor and went further round the circle (past the keys this one locked)
+            -- moved it there first, and the keys between are taken.
             UPDATE {schema}.queues AS s SET key_cursor = served
-            WHERE s.name = (SELECT l.name FROM {schema}.queues AS l WHERE l.name = q FOR UPDATE SKIP LOCKED);
+            WHERE s.name = (SELECT l.name FROM {schema}.queues AS l WHERE l.name = q FOR UPDATE SKIP LOCKED)
+              AND (s.key_cursor IS NULL OR s.key_cursor = start_key
+                   OR (served <= coalesce(start_key, ''), served)
+                      > (s.key_cursor <= coalesce(start_key, ''), s.key_cursor COLLATE "C"));
         END IF;
         IF key_rate IS NOT NULL THEN
             PERFORM {schema}.note_key_starts(q, picked_keys, seen_keys, key_rate, key_period);

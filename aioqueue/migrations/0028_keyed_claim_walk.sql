@@ -1,0 +1,15 @@
+-- A keyed claim walks its keys until it has as many as it wants, and takes no more than it asked.
+--
+-- claim_keyed of 0026 walked the keys in passes of at most what the claim still wanted, so a
+-- claim of hundreds of jobs whose want ran low went on in passes of a few keys each (two
+-- statements a pass), and in a second circle a turn of several jobs per key could take more
+-- jobs than the claim asked for. Now a pass walks until it has as many keys with room as the
+-- claim still wants (or its probes are spent), and the turns stop at what it wants. Under a
+-- per-key limit, a key's running jobs are counted up to the limit, no further; under a limit of
+-- 1, the first circle takes each key's oldest job by primary key, as the walk found it, rather
+-- than reading the key's jobs again; a key whose oldest job is not due is passed over without
+-- a lock. The cursor no longer moves back: a claim that started from the same cursor and went
+-- further round the circle keeps it where it left it.
+
+-- claim_keyed() as in 0026 (same arguments). Defined in functions/claim_keyed.sql.
+-- functions: 82f79853eae091be9ce792918fe06a2df590c46522c89c0eeaf32a1a6bd2cd18
