@@ -80,10 +80,12 @@ class Producer:
         self._slots = config.slots_by_queue
         self.prefetch = Prefetch(config.prefetch, slots=config.concurrency)
         # Queues with a global limit or per-key settings (claimed by the limits' statement) and,
-        # of those, the ones with a global limit, whose settings rows a claim locks first.
+        # of those, the ones with a global limit, whose settings rows a claim locks first, and
+        # those with a rate (global or per key), whose short claims ask when to look again.
         # Re-read at most every `limits_refresh` seconds.
         self.limited: list[str] = []
         self.locked: list[str] = []
+        self.rated: list[str] = []
         self.limits_refresh = max(config.poll_interval, 1.0)
         self._limits_read_at = -math.inf
         # Seconds the last claim spent re-reading those settings: no part of a claim's round trip.
@@ -175,7 +177,9 @@ class Producer:
                 # After the hand-over, so the handlers need not wait for it. A burst waits for no
                 # due time (jobs due later do not keep it going) unless a limit holds jobs back.
                 due_unknown = self.wakeups.check_due or not self.config.listen  # no listener tells due times
-                if len(jobs) < free and (self.limited or (due_unknown and not burst)):
+                # A concurrency limit (global or per key) wakes us when a slot frees; a rate tells
+                # when it opens only to a claim that asks.
+                if len(jobs) < free and (self.rated or (due_unknown and not burst)):
                     await self._learn_due()
                 if len(jobs) == free:
                     continue  # every slot filled: there may be more ready right now
@@ -276,6 +280,7 @@ class Producer:
                     limited = await conn.fetch(q.limited_queues, self.queues)
                     self.limited = [r["name"] for r in limited]
                     self.locked = [r["name"] for r in limited if r["locked"]]
+                    self.rated = [r["name"] for r in limited if r["rated"]]
                     self._limits_read_at = now
                     self._limits_took = time.monotonic() - now
                 while True:
