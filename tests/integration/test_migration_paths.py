@@ -70,8 +70,10 @@ async def test_an_upgrade_from_each_release_ends_as_a_fresh_install(
             await upgraded.execute(q.create_schema)
             await upgraded.execute(q.create_migrations_table)
             for path in files:
-                await upgraded.execute(path.read_text("utf-8").replace("{schema}", "aioqueue"))
-                await upgraded.execute(q.record_migration, int(path.name[:4]), path.stem[5:])
+                m = migrate.Migration(int(path.name[:4]), path.stem[5:], path.read_text("utf-8"))
+                if m.has_statements:  # a file of comments alone (0026 on) runs nothing
+                    await upgraded.execute(m.render("aioqueue"))
+                await upgraded.execute(q.record_migration, m.version, m.name)
         later = list(range(old_version + 1, migrate.latest_version() + 1))
         assert await migrate.migrate(upgraded, "aioqueue") == later
         before, after = await _state(fresh), await _state(upgraded)
