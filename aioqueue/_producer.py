@@ -12,6 +12,7 @@ beyond the claim, and writes no outcome itself: rows it cannot decode go to the 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import logging
@@ -88,6 +89,7 @@ class Producer:
         self.rated: list[str] = []
         self.limits_refresh = max(config.poll_interval, 1.0)
         self._limits_read_at = -math.inf
+        self._held: tuple[Connection, contextlib.AsyncExitStack] | None = None  # see _hold
         # Seconds the last claim spent re-reading those settings: no part of a claim's round trip.
         self._limits_took = 0.0
 
@@ -164,12 +166,17 @@ class Producer:
             while not self._stopping:
                 free, per_queue = self.capacity()
                 if self._should_wait(free):
+                    if self._held is not None:
+                        await self._let_go()
+                        continue  # that took turns of the event loop: handlers may have finished
                     await self._wait_for_capacity()
                     continue
                 writes = self.completer.writes if self.completer is not None else 0
                 stirs = self.completer.stirs if self.completer is not None else 0
                 finished = self.claims.finished_total
                 jobs = await self._claim_with_retry(free, per_queue, hand_over)
+                if len(jobs) < free or not self._pool_has_room():  # no claim at once, or one may wait for it
+                    await self._let_go()
                 self.ready.set()
                 self.prefetch.handed_over(len(jobs), len(jobs) == free, time.monotonic())
                 if len(jobs) < free:
@@ -219,6 +226,8 @@ class Producer:
                 else:
                     return
         finally:
+            with anyio.CancelScope(shield=True):
+                await self._let_go()
             self.ready.set()
             self.caught_up.set()
             self.connected.set()
@@ -251,6 +260,7 @@ class Producer:
         limit: int,
         per_queue: Sequence[int] | None = None,
         hand_over: Callable[[list[Job]], None] | None = None,
+        conn: Connection | None = None,
     ) -> list[Job]:
         """Claim up to ``limit`` ready jobs (and up to ``per_queue[i]`` of ``queues[i]``) in one
         statement; they are running under our lease.
@@ -261,6 +271,7 @@ class Producer:
         ``hand_over(jobs)`` is called with the committed claim before the connection goes back to
         the pool: giving it back costs the event loop a few turns (asyncpg shields the release in
         a task of its own), which handlers of an idle worker's wake-up need not wait for.
+        ``conn``: claim on it (and keep it), else on a pooled connection given back at the end.
         """
         self.statements += 1
         self._claim_started = time.monotonic()
@@ -273,7 +284,7 @@ class Producer:
         handed: list[Job] | None = None
         self._limits_took = 0.0
         try:
-            async with self.db.connection() as conn:
+            async with self.db.connection(conn) as conn:
                 self.connected.set()
                 now = time.monotonic()
                 if now - self._limits_read_at >= self.limits_refresh:
@@ -336,19 +347,47 @@ class Producer:
             try:
                 self.wakeups.claiming()
                 started = time.monotonic()
-                jobs = await self.claim(limit, per_queue, hand_over)
+                jobs = await self.claim(limit, per_queue, hand_over, await self._hold())
                 # Less the settings read: at a worker's start it is the first statement on a cold
                 # server session, which can take many claims' time on a loaded machine, and the
                 # buffer it would then size holds long jobs back from other workers.
                 self.prefetch.claimed(time.monotonic() - started - self._limits_took)
                 return jobs
             except Exception as exc:
+                await self._let_go()
                 failures += 1
                 delay = min(max(self.config.poll_interval, 0.1) * 5, 0.05 * 2**failures)
                 logger.warning("claiming jobs failed (%s: %s); retrying in %.2fs",
                                type(exc).__name__, exc, delay)
                 await self.wakeups.flag.wait(delay)
         return []
+
+    # -- the claim connection -----------------------------------------------------------------
+
+    async def _hold(self) -> Connection:
+        """The connection to claim on, kept by claims that follow each other: giving it back and
+        taking it again costs the event loop turns, each running every handler then ready."""
+        if self._held is None:
+            stack = contextlib.AsyncExitStack()
+            conn = await stack.enter_async_context(self.db.connection())
+            self._held = (conn, stack)
+        return self._held[0]
+
+    async def _let_go(self) -> None:
+        """Give the claim connection back to the pool, if held; a failure is the pool's to mend."""
+        if self._held is None:
+            return
+        stack, self._held = self._held[1], None
+        try:
+            await stack.aclose()
+        except Exception as exc:
+            logger.warning("returning a connection to the pool after a claim failed (%s: %s)",
+                           type(exc).__name__, exc)
+
+    def _pool_has_room(self) -> bool:
+        """Whether the pool can lend another connection without waiting (so no one waits)."""
+        pool = self.db.pool
+        return pool.get_idle_size() > 0 or pool.get_size() < pool.get_max_size()
 
 
 def _claim_time(rows: list[asyncpg.Record]) -> datetime.datetime | None:

@@ -5,7 +5,9 @@ it holds unstarted."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
+from typing import Any
 
 import anyio
 import asyncpg
@@ -100,6 +102,34 @@ async def test_a_worker_with_many_slots_starts_a_burst_after_a_short_first_claim
     assert held[0] <= Prefetch.FIRST  # the first handler started after a claim of a hundred, not a thousand
     assert max(held) > 500  # then it claimed in large claims
     assert max(held) <= 1000 + 1000
+
+
+async def test_claims_that_follow_each_other_keep_their_connection(
+    q: aioqueue.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aioqueue._producer import Producer
+
+    made: list[tuple[bool, object]] = []  # (got all it asked for, the connection it ran on)
+    claim = Producer.claim
+
+    async def recorded(self: Producer, limit: int, *args: Any) -> list[aioqueue.Job]:
+        jobs = await claim(self, limit, *args)
+        made.append((len(jobs) == limit, args[2] if len(args) > 2 else None))  # (per_queue, hand_over, conn)
+        return jobs
+
+    monkeypatch.setattr(Producer, "claim", recorded)
+
+    @q.task
+    async def io(n: int) -> None:
+        await anyio.sleep(0.01)
+
+    await io.enqueue_many([{"n": i} for i in range(3000)])
+    with anyio.fail_after(60):
+        assert (await q.worker(concurrency=1000).run_until_empty()).succeeded == 3000
+    # Claims that follow one that got all it asked for go out on the same connection, not after
+    # a turn of giving it back and taking one again (unless the slots and buffer were full).
+    kept = [a[1] is b[1] for a, b in itertools.pairwise(made) if a[0] and a[1] is not None]
+    assert sum(kept) >= 3, made
 
 
 async def test_jobs_longer_than_a_claim_are_never_claimed_ahead(q: aioqueue.Queue) -> None:
