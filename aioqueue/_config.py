@@ -137,7 +137,8 @@ class WorkerConfig:
         default=1000, metadata=_cli("most outcomes written in one statement", "--completion-batch")
     )
     completion_interval: float = dataclasses.field(
-        default=0.002, metadata=_cli("how long outcomes gather before a write", "--completion-interval")
+        default=0.002, metadata=_cli("how long outcomes gather before a write, while handlers run",
+                                    "--completion-interval")
     )
     listen: bool = dataclasses.field(
         default=True, metadata=_cli("wake on LISTEN/NOTIFY (off: poll only)", "--listen")

@@ -235,6 +235,10 @@ class Runners:
                 logger.exception("internal error while running job %d attempt %d", job.id, job.attempt)
             finally:
                 self._claims.finished(job, time.perf_counter() - begun if begun else 0.0)
+            if not self._claims.active:
+                # No handler runs: no outcome comes until a claim hands over more, so the ones
+                # buffered need not wait to gather (the last of a burst, say).
+                self._completer.hurry()
             if taken % YIELD_EVERY == 0:
                 await asyncio.sleep(0)
             job = self._jobs.popleft() if self._jobs else await self._take()

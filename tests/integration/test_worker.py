@@ -380,6 +380,16 @@ async def test_writes_take_turns_on_a_lent_connection(dsn: str, db: asyncpg.Conn
         assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 2
 
 
+async def test_outcomes_gather_only_while_handlers_run(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    # Outcomes wait completion_interval for others to join them only while handlers run: a
+    # lone job's (or a burst's last ones) is written as soon as no handler runs.
+    noop = noop_task(q, "noop")
+    async with running(q.worker(completion_interval=10.0)):
+        await noop.enqueue()
+        await eventually(lambda: db.fetchval("SELECT count(*) = 0 FROM aioqueue.jobs"), timeout=5.0,
+                         what="the lone job's outcome to be written")
+
+
 async def test_args_round_trip_through_json(q: aioqueue.Queue) -> None:
     got: list[object] = []
 
