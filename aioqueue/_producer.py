@@ -166,10 +166,8 @@ class Producer:
             while not self._stopping:
                 free, per_queue = self.capacity()
                 if self._should_wait(free):
-                    if self._held is not None:
-                        await self._let_go()
-                        continue  # that took turns of the event loop: handlers may have finished
-                    await self._wait_for_capacity()
+                    if not await self._let_go():  # (giving it back takes loop turns: handlers may finish)
+                        await self._wait_for_capacity()
                     continue
                 writes = self.completer.writes if self.completer is not None else 0
                 stirs = self.completer.stirs if self.completer is not None else 0
@@ -362,32 +360,29 @@ class Producer:
                 await self.wakeups.flag.wait(delay)
         return []
 
-    # -- the claim connection -----------------------------------------------------------------
-
     async def _hold(self) -> Connection:
-        """The connection to claim on, kept by claims that follow each other: giving it back and
-        taking it again costs the event loop turns, each running every handler then ready."""
+        """The connection to claim on, kept while claims follow each other (see performance.md)."""
         if self._held is None:
             stack = contextlib.AsyncExitStack()
-            conn = await stack.enter_async_context(self.db.connection())
-            self._held = (conn, stack)
+            self._held = (await stack.enter_async_context(self.db.connection()), stack)
         return self._held[0]
 
-    async def _let_go(self) -> None:
-        """Give the claim connection back to the pool, if held; a failure is the pool's to mend."""
+    async def _let_go(self) -> bool:
+        """Give the claim connection back to the pool if held (return whether it was; a failure
+        is the pool's to mend)."""
         if self._held is None:
-            return
+            return False
         stack, self._held = self._held[1], None
         try:
             await stack.aclose()
         except Exception as exc:
             logger.warning("returning a connection to the pool after a claim failed (%s: %s)",
                            type(exc).__name__, exc)
+        return True
 
     def _pool_has_room(self) -> bool:
         """Whether the pool can lend another connection without waiting (so no one waits)."""
-        pool = self.db.pool
-        return pool.get_idle_size() > 0 or pool.get_size() < pool.get_max_size()
+        return (pool := self.db.pool).get_idle_size() > 0 or pool.get_size() < pool.get_max_size()
 
 
 def _claim_time(rows: list[asyncpg.Record]) -> datetime.datetime | None:
