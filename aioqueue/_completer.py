@@ -52,17 +52,27 @@ class SharedConnection:
     def __init__(self, conn: Connection) -> None:
         self.conn: Connection | None = conn
         self._lock = anyio.Lock()
+        self._returned = anyio.Event()
 
     @contextlib.asynccontextmanager
     async def turn(self) -> AsyncIterator[Connection | None]:
-        """Hold the connection (None once taken back) for one statement or a few."""
+        """Hold the connection for one statement or a few; once it is taken back, None, after it
+        is back in the pool (asking the pool before would open one connection more)."""
         async with self._lock:
-            yield self.conn
+            conn = self.conn
+            if conn is None:
+                await self._returned.wait()
+            yield conn
 
     async def take_back(self) -> None:
-        """Wait for the turn in progress to end; the completer then writes on the pool's."""
+        """Wait for the turn in progress to end; the completer then writes on the pool's
+        connection, once :meth:`handed_back` says this one is back in the pool."""
         async with self._lock:
             self.conn = None
+
+    def handed_back(self) -> None:
+        """The connection is back in the pool (or lost): turns go on, on the pool's."""
+        self._returned.set()
 
 
 class Completer:

@@ -254,15 +254,13 @@ class Worker:
         self, services: TaskGroup, producer: Producer, completer: Completer, registry: WorkerRegistry,
         maintenance: Maintenance, started: anyio.Event,
     ) -> None:
-        """The worker's first statements other than claims, on one connection, the pool's next
-        once the first claim holds the open one: the completer's warm-up, then, taking turns
-        with the outcomes' writes (which need not wait for them), the registry's row and the
-        reaper (a worker that starts after a crash gets the jobs whose leases ran out; a burst
-        does not end before it has claimed them). So the first claim waits for none of them,
-        and the pool opens one connection more (which the completer then writes on), not one
-        for each."""
+        """The worker's first statements other than claims, on the pool's next connection: the
+        completer's warm-up, then, taking turns with the outcomes' writes, the registry's row
+        and the reaper (a burst does not end before it has claimed what crashed workers left).
+        So the first claim waits for none of them, and the pool opens one connection more."""
         await producer.connected.wait()
         registering = writing = False
+        shared: SharedConnection | None = None
         try:
             async with self.app.database.connection() as conn:
                 shared = completer.shared = SharedConnection(conn)
@@ -278,14 +276,17 @@ class Worker:
                     async with shared.turn():
                         await maintenance.step(functools.partial(maintenance.reap, conn))
                 finally:
-                    # Not given back to the pool while a write is under way on it.
+                    # Not given back to the pool while a write is under way on it (see take_back).
                     with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
                         await shared.take_back()
-                    completer.shared = None
         except Exception as exc:  # no connection: each service gets its own later, or retries
             logger.warning("starting the worker's services failed (%s: %s)", type(exc).__name__, exc)
             if not registering:
                 services.start_soon(registry.run)
+        finally:
+            if shared is not None:
+                completer.shared = None
+                shared.handed_back()
         started.set()
         if not writing:
             services.start_soon(completer.run)

@@ -355,7 +355,8 @@ async def test_a_flush_writes_at_most_batch_size_outcomes_a_statement(
 async def test_writes_take_turns_on_a_lent_connection(dsn: str, db: asyncpg.Connection) -> None:
     # The worker lends its start-up connection to the outcomes' writes: they take turns on it
     # and never wait for the pool (here its one connection is the lent one), until it is
-    # taken back, which waits for the write under way.
+    # taken back, which waits for the write under way; the writes then wait until it is back
+    # in the pool (asking the pool before would open one connection more).
     async with aioqueue.Queue(dsn, pool_max_size=1) as q:
         noop = noop_task(q, "noop")
         await noop.enqueue_many([{}] * 4)
@@ -375,8 +376,12 @@ async def test_writes_take_turns_on_a_lent_connection(dsn: str, db: asyncpg.Conn
                 assert shared.conn is conn  # not taken back during a turn
             assert shared.conn is None
         completer.succeeded(jobs[1], None)
-        with anyio.fail_after(10):
-            await completer.flush()  # on the pool's connection, given back
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(completer.flush)  # waits until the lent connection is back in the pool
+            with anyio.fail_after(10):
+                await anyio.wait_all_tasks_blocked()
+            assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 3
+            shared.handed_back()  # then on the pool's connection, given back
         assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs") == 2
 
 
