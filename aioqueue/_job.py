@@ -11,7 +11,8 @@ import dataclasses
 import datetime
 import itertools
 import json
-from collections.abc import Iterable, Sequence
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
@@ -57,15 +58,74 @@ class Job:
  _set_created_at, _set_headers) = (vars(Job)[name].__set__ for name in (
     "id", "queue", "task", "args", "priority", "attempt", "max_attempts", "run_at", "created_at", "headers"))
 
+_MIN = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+_MAX = datetime.datetime.max.replace(tzinfo=datetime.UTC)
+
+
+def from_epoch(seconds: float) -> datetime.datetime:
+    """The UTC datetime ``seconds`` after the epoch, as a claim sends timestamps (exact to the
+    microsecond); an infinite one as asyncpg gives it, the least or the greatest datetime."""
+    try:
+        return datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    except (OverflowError, ValueError, OSError):
+        return _MAX if seconds > 0 else _MIN
+
+
+def _lazy(slot: Any, raw: Callable[[Any], float]) -> Any:
+    """A field of a claimed job built from its epoch seconds (``raw(job)``) when first read,
+    then kept in the field's own ``slot``; a value set (``dataclasses.replace``, unpickling)
+    goes straight to the slot."""
+
+    def get(job: Job) -> datetime.datetime:
+        try:
+            value: datetime.datetime = slot.__get__(job)
+        except AttributeError:
+            value = from_epoch(raw(job))
+            slot.__set__(job, value)
+        return value
+
+    return property(get, slot.__set__)
+
+
+class _ClaimedJob(Job):
+    """A :class:`Job` as a claim builds it: ``run_at`` and ``created_at`` arrive as epoch
+    seconds and become datetimes only when read (most handlers never read them). In every
+    other way a ``Job``; a copy or a pickle of one is a plain ``Job``."""
+
+    __slots__ = ("_created_at_epoch", "_run_at_epoch")
+    _run_at_epoch: float
+    _created_at_epoch: float
+
+    run_at = _lazy(vars(Job)["run_at"], operator.attrgetter("_run_at_epoch"))
+    created_at = _lazy(vars(Job)["created_at"], operator.attrgetter("_created_at_epoch"))
+
+    def __reduce__(self) -> tuple[type[Job], tuple[Any, ...]]:
+        return Job, tuple(getattr(self, f.name) for f in dataclasses.fields(Job))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Job):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in dataclasses.fields(Job))
+
+    __hash__ = Job.__hash__
+
+    def __repr__(self) -> str:
+        return "Job(" + Job.__repr__(self).partition("(")[2]
+
+
+_set_run_at_epoch, _set_created_at_epoch = (vars(_ClaimedJob)[name].__set__ for name in (
+    "_run_at_epoch", "_created_at_epoch"))
+
 
 def _claimed_job(
     id: int, queue: str, task: str, args: dict[str, Any], priority: int, attempt: int, max_attempts: int,
-    run_at: datetime.datetime, created_at: datetime.datetime, headers: dict[str, str],
+    run_at: float, created_at: float, headers: dict[str, str],
 ) -> Job:
-    """``Job(...)``, built for a claim more cheaply: a frozen dataclass's ``__init__`` sets each
-    field through ``object.__setattr__``, a visible share of a worker's own CPU per short job;
-    setting the slots directly makes the same immutable object."""
-    job = object.__new__(Job)
+    """``Job(...)`` for a claimed row, built more cheaply: a frozen dataclass's ``__init__`` sets
+    each field through ``object.__setattr__``, a visible share of a worker's own CPU per short
+    job; setting the slots directly makes the same immutable object, its timestamps (epoch
+    seconds) left to be built when read (see :class:`_ClaimedJob`)."""
+    job = object.__new__(_ClaimedJob)
     _set_id(job, id)
     _set_queue(job, queue)
     _set_task(job, task)
@@ -73,10 +133,16 @@ def _claimed_job(
     _set_priority(job, priority)
     _set_attempt(job, attempt)
     _set_max_attempts(job, max_attempts)
-    _set_run_at(job, run_at)
-    _set_created_at(job, created_at)
+    _set_run_at_epoch(job, run_at)
+    _set_created_at_epoch(job, created_at)
     _set_headers(job, headers)
     return job
+
+
+def claim_order(job: Job) -> tuple[int, float, int]:
+    """The order jobs are claimed in (priority, then run_at, then id), read from a claimed job
+    without building its run_at."""
+    return (-job.priority, job._run_at_epoch if isinstance(job, _ClaimedJob) else job.run_at.timestamp(), job.id)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ import anyio
 
 from ._claims import ClaimKey, Claims
 from ._completer import Completer
-from ._job import Connection, Job, Undecodable, decode_claimed
+from ._job import Connection, Job, Undecodable, claim_order, decode_claimed, from_epoch
 from ._prefetch import Prefetch
 from ._wakeups import Wakeups
 
@@ -305,7 +305,7 @@ class Producer:
                     if len(jobs) > 1:
                         # UPDATE ... RETURNING gives rows in no particular order: hand them to the
                         # runners in claim order (priority, then run_at, then id).
-                        jobs.sort(key=_claim_order)
+                        jobs.sort(key=claim_order)
                     self.claimed += len(jobs)
                     if bad:
                         await self._bury(conn, bad)
@@ -387,13 +387,9 @@ class Producer:
 
 def _claim_time(rows: list[asyncpg.Record]) -> datetime.datetime | None:
     """Take out of a claim's rows the one that tells its database time (a NULL id, the
-    time in ``run_at``, after the jobs: see ``claim_timed``) and return that time."""
+    time in ``run_at`` as epoch seconds, after the jobs: see ``claim_timed``) and return that
+    time."""
     for i in range(len(rows) - 1, -1, -1):
         if rows[i]["id"] is None:
-            at: datetime.datetime = rows.pop(i)["run_at"]
-            return at
+            return from_epoch(rows.pop(i)["run_at"])
     return None
-
-
-def _claim_order(job: Job) -> tuple[int, datetime.datetime, int]:
-    return (-job.priority, job.run_at, job.id)

@@ -168,18 +168,33 @@ LEAST(CASE $4::timestamptz WHEN '-infinity' THEN '0001-01-01 00:00:00+00'
     IS NOT NULL
 
 -- name: claim
--- Claim up to n ready jobs per queue (at most $5 in all): limited_claim, its jobs.
+-- Claim up to n ready jobs per queue (at most $5 in all): limited_claim, its jobs
+-- (claimed_columns).
 {limited_claim}
-SELECT * FROM claimed;
+SELECT {claimed_columns(c)} FROM claimed AS c;
 
 -- name: claim_timed
 -- The claim of a worker (arguments as in claim), and after its jobs one row with a NULL id and
--- the claim's database time in run_at: what next_wakeup compares due times and key-rate
--- wake-ups against (exactly: the claim's now() is the time its transaction started).
+-- the claim's database time in run_at (as claimed_columns gives it): what next_wakeup compares
+-- due times and key-rate wake-ups against (exactly: the claim's now() is the time its
+-- transaction started).
 {limited_claim}
-SELECT * FROM claimed
+SELECT {claimed_columns(c)} FROM claimed AS c
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, {schema}.now(), NULL;
+{claim_time};
+
+-- fragment: claimed_columns
+-- A claim's columns, those of claim_jobs (as {arg}) but for the two timestamps, sent as seconds
+-- since the epoch (float8: exact to the microsecond from the year 1685 to 2255): a worker
+-- decodes thousands of claimed rows a second, and builds the datetime of a job's run_at or
+-- created_at only if its handler reads it (decoding timestamptz is most of the client's cost
+-- of a claimed row).
+{arg}.id, {arg}.queue, {arg}.task, {arg}.args, {arg}.priority, {arg}.attempts, {arg}.max_attempts,
+date_part('epoch', {arg}.run_at) AS run_at, date_part('epoch', {arg}.created_at) AS created_at
+
+-- fragment: claim_time
+-- The row a timed claim ends with: a NULL id and the claim's database time in run_at.
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, date_part('epoch', {schema}.now()), NULL
 
 -- fragment: limited_claim
 -- Claim up to n ready jobs per queue (at most $5 in all) through claim_jobs (migration 0007),
@@ -240,14 +255,16 @@ started AS (
 -- name: claim_unlimited
 -- The claim when none of the queues $1 has a global limit, the common case (arguments as in
 -- claim): claim_jobs alone, without the limits' arithmetic. A paused queue is still skipped.
-SELECT c.* FROM {schema}.claim_jobs($1::text[], $2::int[], $3::text, $4::float8, $5::int, $6::text) AS c;
+SELECT {claimed_columns(c)}
+FROM {schema}.claim_jobs($1::text[], $2::int[], $3::text, $4::float8, $5::int, $6::text) AS c;
 
 -- name: claim_unlimited_timed
 -- A worker's claim_unlimited, and after its jobs the row of claim_timed: a NULL id and the
 -- claim's database time in run_at.
-SELECT c.* FROM {schema}.claim_jobs($1::text[], $2::int[], $3::text, $4::float8, $5::int, $6::text) AS c
+SELECT {claimed_columns(c)}
+FROM {schema}.claim_jobs($1::text[], $2::int[], $3::text, $4::float8, $5::int, $6::text) AS c
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, {schema}.now(), NULL;
+{claim_time};
 
 -- name: next_wakeup
 -- When the producer should look again without being told, in seconds from now (NULL: no

@@ -19,6 +19,7 @@ import asyncpg
 import pytest
 
 import aioqueue
+from aioqueue._job import from_epoch
 from aioqueue._maintenance import Maintenance
 from aioqueue._queries import for_schema
 from aioqueue.testing import Clock
@@ -149,7 +150,7 @@ async def test_a_wake_up_counts_from_the_claims_database_time(q: aioqueue.Queue,
     await q.tasks["call"].options(partition_key="acme").enqueue_many([{"key": "acme"}] * 2)
     rows = await db.fetch(queries.claim_timed, ["api"], [5], "w", 60.0, 5, "off")
     assert [r["id"] is None for r in rows] == [False, True]  # one job (the key's rate), then the time
-    claimed_at = rows[-1]["run_at"]
+    claimed_at = from_epoch(rows[-1]["run_at"])  # as the producer reads it (see _claim_time)
     assert claimed_at == await db.fetchval("SELECT locked_at FROM aioqueue.jobs WHERE id = $1", rows[0]["id"])
     ms = datetime.timedelta(milliseconds=1)
 
