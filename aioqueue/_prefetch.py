@@ -44,6 +44,8 @@ class Prefetch:
     FIRST = 100
     """The most jobs the first claim of a burst takes, in a worker with more slots than this
     (see :meth:`most`)."""
+    LARGEST = 1000
+    """The most jobs any later claim of such a worker takes (see :meth:`most`)."""
     MARGIN = 4.0
     """Buffer this many round trips' worth of work: the estimates are noisy and claims vary.
     Also the least factor by which the buffer grows while the handlers run dry (its square the
@@ -145,10 +147,13 @@ class Prefetch:
         first handlers start after a claim of a hundred rows rather than one of every slot;
         after that, half its slots and buffer, so the next claim is sent while this one's jobs
         start rather than once half of them are done (a claim's cost is nearly all per row:
-        two halves take about as long as the whole)."""
+        two halves take about as long as the whole); and never more than ``LARGEST``. A larger
+        claim is no cheaper a row, and it starts its jobs in one wave: at 5,000 slots, claims
+        of 3,000 left most runners parked between them and the collector walking thousands of
+        handlers at once (17 to 19 us of CPU a 10 ms job, against 14 to 16 in claims of 1,000)."""
         budget = slots + self.target(now)
         if slots <= self.FIRST:
             return budget
         if not self._bursting:
             return self.FIRST
-        return max(self.FIRST, budget // 2)
+        return max(self.FIRST, min(self.LARGEST, budget // 2))

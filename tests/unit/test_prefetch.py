@@ -132,6 +132,15 @@ def test_a_large_worker_claims_a_burst_in_a_short_first_claim_then_in_halves() -
     assert pace.most(1000, 101.0) == Prefetch.FIRST
 
 
+def test_a_very_large_worker_claims_at_most_a_thousand_at_once() -> None:
+    pace = Prefetch(cap=1000)
+    assert pace.most(5000, 100.0) == Prefetch.FIRST
+    pace.handed_over(Prefetch.FIRST, True, 100.0)
+    # Half of 5,000 slots would be 2,500 a claim: no cheaper a row, and one wave of handlers.
+    assert pace.most(5000, 100.0) == Prefetch.LARGEST == 1000
+    assert pace.most(1000, 100.0) == 500  # below it, halves as before
+
+
 def test_long_jobs_finishing_together_are_not_read_as_a_fast_rate() -> None:
     # Two 1-s jobs on two slots, started together, finishing 25 ms apart: the second finish
     # alone reads as 40 jobs/s, but two handlers of 1 s finish at most 2 a second.
