@@ -50,6 +50,9 @@ class Prefetch:
     """Buffer this many round trips' worth of work: the estimates are noisy and claims vary.
     Also the least factor by which the buffer grows while the handlers run dry (its square the
     most)."""
+    KEYED = 100
+    """The most jobs buffered while the worker claims a queue with a per-key concurrency limit
+    (see ``keyed``)."""
     SAMPLE = 0.01
     """Shortest span (seconds) of one rate sample."""
     RISE = 0.02
@@ -58,12 +61,18 @@ class Prefetch:
     the fading of the floor)."""
 
     __slots__ = ("_at", "_bursting", "_busy", "_finished", "_floor", "_floor_at", "_full", "cap", "handler_time",
-                 "rate", "round_trip", "slots")
+                 "keyed", "rate", "round_trip", "slots")
 
     def __init__(self, cap: int, slots: int | None = None) -> None:
         self.cap = cap
         self.slots = slots
         """Handlers that run at once (None: no cap on the rate)."""
+        self.keyed = False
+        """Whether the worker claims a queue with a per-key concurrency limit (the producer sets
+        it). A buffered job holds its key's slot, which no other worker can then fill: with a
+        large buffer, the workers' claims walk past the keys the others hold, each claim slower
+        than the last, and a slower claim sizes a larger buffer. So the buffer stays at most
+        ``KEYED`` jobs."""
         self.rate = 0.0
         """Jobs finished per second (estimate)."""
         self.handler_time = 0.0
@@ -139,7 +148,8 @@ class Prefetch:
         if self.slots is not None and self.handler_time > 0.0:
             rate = min(rate, self.slots / self.handler_time)
         by_rate = int(rate * self.round_trip * self.MARGIN)
-        return min(self.cap, max(by_rate, self.floor(time.monotonic() if now is None else now)))
+        cap = min(self.cap, self.KEYED) if self.keyed else self.cap
+        return min(cap, max(by_rate, self.floor(time.monotonic() if now is None else now)))
 
     def most(self, slots: int, now: float | None = None) -> int:
         """The most jobs one claim of a worker with ``slots`` may take now. At most ``FIRST``

@@ -82,8 +82,8 @@ class Producer:
         self.prefetch = Prefetch(config.prefetch, slots=config.concurrency)
         # Queues with a global limit or per-key settings (claimed by the limits' statement) and,
         # of those, the ones with a global limit, whose settings rows a claim locks first, and
-        # those with a rate (global or per key), whose short claims ask when to look again.
-        # Re-read at most every `limits_refresh` seconds.
+        # those with a rate (global or per key), whose short claims ask when to look again
+        # (prefetch.keyed: one has a per-key concurrency limit). Re-read every `limits_refresh` s.
         self.limited: list[str] = []
         self.locked: list[str] = []
         self.rated: list[str] = []
@@ -290,8 +290,8 @@ class Producer:
                     self.limited = [r["name"] for r in limited]
                     self.locked = [r["name"] for r in limited if r["locked"]]
                     self.rated = [r["name"] for r in limited if r["rated"]]
-                    self._limits_read_at = now
-                    self._limits_took = time.monotonic() - now
+                    self.prefetch.keyed = any(r["key_limited"] for r in limited)
+                    self._limits_read_at, self._limits_took = now, time.monotonic() - now
                 while True:
                     b = claim(limited=bool(self.limited), timed=True)
                     if self.locked:

@@ -330,10 +330,12 @@ FOR UPDATE;
 -- Which of the queues $1 have a global limit or per-key settings (the producer claims those
 -- with `claim`), whether a global limit (it locks those first, see lock_queues), and whether a
 -- rate, global or per key (a claim such a rate cut short tells when to look again: see
--- next_wakeup; a concurrency limit wakes the workers itself when a slot frees). Per-key
--- settings alone need no lock of the queue: claim_keyed locks keys (migration 0022).
+-- next_wakeup; a concurrency limit wakes the workers itself when a slot frees), and whether a
+-- per-key concurrency limit (a job buffered holds its key's slot: the producer buffers less).
+-- Per-key settings alone need no lock of the queue: claim_keyed locks keys (migration 0022).
 SELECT s.name, {globally_limited} AS locked,
-       s.rate_limit IS NOT NULL OR s.key_rate_limit IS NOT NULL AS rated
+       s.rate_limit IS NOT NULL OR s.key_rate_limit IS NOT NULL AS rated,
+       s.key_concurrency_limit IS NOT NULL AS key_limited
 FROM {schema}.queues AS s
 WHERE s.name = ANY($1::text[]) AND {limited};
 

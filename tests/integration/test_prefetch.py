@@ -46,9 +46,19 @@ async def test_buffer_never_exceeds_the_cap(q: aioqueue.Queue) -> None:
     assert most <= 2
 
 
-async def _most_held(q: aioqueue.Queue, name: str, prefetch: int, jobs: int) -> tuple[int, int]:
-    """Drain ``jobs`` short jobs with a worker of concurrency 2 and this ``prefetch``; return
-    how many succeeded and the most jobs the worker held (running or buffered) at any start."""
+async def test_under_a_per_key_limit_a_worker_buffers_at_most_a_hundred_jobs(q: aioqueue.Queue) -> None:
+    # A job of its own key each, all ready: the limit holds nothing back, and short jobs would
+    # grow the buffer to its cap of 1,000; each buffered job would hold its key's slot.
+    await q.set_key_limits("default", concurrency=1)
+    succeeded, most = await _most_held(q, "keyed", prefetch=1000, jobs=3000, keyed=True)
+    assert succeeded == 3000
+    assert 2 + 10 < most <= 2 + 100
+
+
+async def _most_held(q: aioqueue.Queue, name: str, prefetch: int, jobs: int, keyed: bool = False) -> tuple[int, int]:
+    """Drain ``jobs`` short jobs with a worker of concurrency 2 and this ``prefetch`` (``keyed``:
+    a key of its own each); return how many succeeded and the most jobs the worker held (running
+    or buffered) at any start."""
     held: list[int] = []
     worker = q.worker(concurrency=2, prefetch=prefetch)
 
@@ -56,7 +66,14 @@ async def _most_held(q: aioqueue.Queue, name: str, prefetch: int, jobs: int) -> 
     async def quick(n: int) -> None:
         held.append(worker.active)
 
-    await quick.enqueue_many([{"n": i} for i in range(jobs)])
+    if keyed:
+        async with q.connection() as conn:
+            await conn.execute(
+                "INSERT INTO aioqueue.jobs (queue, task, args, partition_key) "
+                "SELECT 'default', $1, jsonb_build_object('n', g), 'key-' || g FROM generate_series(1, $2) AS g",
+                name, jobs)
+    else:
+        await quick.enqueue_many([{"n": i} for i in range(jobs)])
     with anyio.fail_after(60):
         stats = await worker.run_until_empty()
     return stats.succeeded, max(held)

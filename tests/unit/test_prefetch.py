@@ -170,3 +170,17 @@ def test_the_handlers_pace_caps_only_a_rate_beyond_it() -> None:
     slow.finished(40, slow._at + 0.02, busy=0.4)  # forty finishing together
     assert slow.rate > 1000
     assert slow.target() == int(1000 * 0.05 * Prefetch.MARGIN)
+
+
+def test_under_a_per_key_limit_the_buffer_stays_small() -> None:
+    # No-op jobs at 50,000/s and a slow round trip: a 1,000-job buffer, unless a queue the worker
+    # claims has a per-key concurrency limit, where each buffered job holds its key's slot.
+    pace = Prefetch(cap=1000, slots=10)
+    pace.claimed(0.05)
+    for step in range(1, 50):
+        pace.finished(1000 * step, pace._at + 0.02, busy=0.02 * step)
+    assert pace.target() == 1000
+    pace.keyed = True
+    assert pace.target() == Prefetch.KEYED
+    assert pace.most(10) == 10 + Prefetch.KEYED
+    assert Prefetch(cap=20, slots=10).target() <= 20  # a smaller cap still holds
