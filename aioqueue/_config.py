@@ -21,6 +21,7 @@ from typing import Any, TypedDict
 
 from ._checks import MAX_CONCURRENCY, MAX_NAME_LENGTH, check_concurrency, check_name, check_queue_names
 from ._errors import ConfigurationError
+from ._prefetch import Prefetch
 
 MAX_PREFETCH = 100_000
 MAX_SECONDS = 366 * 86400.0
@@ -43,7 +44,7 @@ class WorkerOptions(TypedDict, total=False):
     archive_retention: float | None
     vacuum_threshold: int
     batch_size: int | None
-    prefetch: int
+    prefetch: int | None
     completion_batch: int
     completion_interval: float
     listen: bool
@@ -128,10 +129,11 @@ class WorkerConfig:
     batch_size: int | None = dataclasses.field(
         default=None, metadata=_cli("most jobs one claim takes (default: concurrency + prefetch)", "--batch-size")
     )
-    prefetch: int = dataclasses.field(
-        default=1000,
+    prefetch: int | None = dataclasses.field(
+        default=None,
         metadata=_cli("most jobs claimed ahead of free slots (adaptive: about one claim round trip's worth "
-                      "at the rate jobs finish; 0: off)", "--prefetch"),
+                      "at the rate jobs finish; 0: off; default: 1000, and with more than 100 slots "
+                      "two claims more, 1000 + 2 x min(concurrency, 1000))", "--prefetch"),
     )
     completion_batch: int = dataclasses.field(
         default=1000, metadata=_cli("most outcomes written in one statement", "--completion-batch")
@@ -172,6 +174,8 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         put = object.__setattr__
         concurrency = check_concurrency(self.concurrency)
+        if self.prefetch is None:
+            put(self, "prefetch", Prefetch.default_cap(concurrency))
         prefetch = _int("prefetch", self.prefetch, 0, MAX_PREFETCH)
         if self.queues is not None:
             put(self, "queues", tuple(check_queue_names(self.queues)))

@@ -41,6 +41,9 @@ class Prefetch:
     buffer.
     """
 
+    DEFAULT = 1000
+    """The cap (the ``prefetch`` option) of a worker with at most ``FIRST`` slots, unless set
+    (see :meth:`default_cap`)."""
     FIRST = 100
     """The most jobs the first claim of a burst takes, in a worker with more slots than this
     (see :meth:`most`)."""
@@ -62,6 +65,16 @@ class Prefetch:
 
     __slots__ = ("_at", "_bursting", "_busy", "_finished", "_floor", "_floor_at", "_full", "cap", "handler_time",
                  "keyed", "rate", "round_trip", "slots")
+
+    @classmethod
+    def default_cap(cls, slots: int) -> int:
+        """The cap of a worker of ``slots`` when ``prefetch`` is not set: ``DEFAULT``, and with
+        more than ``FIRST`` slots two claims more (of at most ``LARGEST`` each). Its claims
+        bring jobs in waves that start together and end together: when every slot is busy,
+        one wave waits for the slots and the next claim must already be on its way, or the
+        slots run dry until it is back. With a cap of ``DEFAULT`` at 1,000 slots and 10 ms
+        handlers the claims stood still every other round trip and the slots half of it."""
+        return cls.DEFAULT + (2 * min(slots, cls.LARGEST) if slots > cls.FIRST else 0)
 
     def __init__(self, cap: int, slots: int | None = None) -> None:
         self.cap = cap

@@ -79,7 +79,7 @@ class Producer:
         """Claimed jobs made dead at once because no handler could be called with their row."""
         self._stopping = False
         self._slots = config.slots_by_queue
-        self.prefetch = Prefetch(config.prefetch, slots=config.concurrency)
+        self.prefetch = Prefetch(config.prefetch or 0, slots=config.concurrency)  # (resolved: never None)
         # Queues with a global limit or per-key settings (claimed by the limits' statement) and,
         # of those, the ones with a global limit, whose settings rows a claim locks first, and
         # those with a rate (global or per key), whose short claims ask when to look again

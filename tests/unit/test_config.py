@@ -60,6 +60,17 @@ def test_derived_defaults_are_resolved_once() -> None:
     assert config.name and config.name != WorkerConfig().name  # host:pid:random, unique per worker
 
 
+def test_the_default_prefetch_holds_two_claims_more_with_many_slots() -> None:
+    assert WorkerConfig().prefetch == 1000  # the defaults (10 slots), as before
+    assert WorkerConfig(concurrency=100).prefetch == 1000
+    assert WorkerConfig(concurrency=101).prefetch == 1000 + 2 * 101
+    assert WorkerConfig(concurrency=1000).prefetch == 3000
+    assert WorkerConfig(concurrency=5000).prefetch == 3000  # claims take at most 1,000
+    assert WorkerConfig(concurrency=1000, prefetch=1000).prefetch == 1000  # a setting stands
+    assert WorkerConfig(concurrency=1000, prefetch=0).prefetch == 0
+    assert WorkerConfig(concurrency=1000).batch_size == 4000
+
+
 def test_queues_mapping_caps_slots_and_round_trips_through_json() -> None:
     config = WorkerConfig.from_options({"queues": {"mail": 2, "reports": 1}, "concurrency": 3})
     assert config.queues == ("mail", "reports")
