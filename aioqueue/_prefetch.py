@@ -76,10 +76,10 @@ class Prefetch:
         handlers the claims stood still every other round trip and the slots half of it."""
         return cls.DEFAULT + (2 * min(slots, cls.LARGEST) if slots > cls.FIRST else 0)
 
-    def __init__(self, cap: int, slots: int | None = None) -> None:
+    def __init__(self, cap: int, slots: int) -> None:
         self.cap = cap
         self.slots = slots
-        """Handlers that run at once (None: no cap on the rate)."""
+        """Handlers that run at once: they cap the rate, and size a claim (see ``most``)."""
         self.keyed = False
         """Whether the worker claims a queue with a per-key concurrency limit (the producer sets
         it). A buffered job holds its key's slot, which no other worker can then fill: with a
@@ -158,14 +158,14 @@ class Prefetch:
         if not self.cap:
             return 0
         rate = self.rate
-        if self.slots is not None and self.handler_time > 0.0:
+        if self.handler_time > 0.0:
             rate = min(rate, self.slots / self.handler_time)
         by_rate = int(rate * self.round_trip * self.MARGIN)
         cap = min(self.cap, self.KEYED) if self.keyed else self.cap
         return min(cap, max(by_rate, self.floor(time.monotonic() if now is None else now)))
 
-    def most(self, slots: int, now: float | None = None) -> int:
-        """The most jobs one claim of a worker with ``slots`` may take now. At most ``FIRST``
+    def most(self, now: float | None = None) -> int:
+        """The most jobs one claim of the worker may take now. At most ``FIRST``
         slots: its slots and buffer. More: ``FIRST`` for the first claim of a burst, so its
         first handlers start after a claim of a hundred rows rather than one of every slot;
         after that, half its slots and buffer, so the next claim is sent while this one's jobs
@@ -174,6 +174,7 @@ class Prefetch:
         claim is no cheaper a row, and it starts its jobs in one wave: at 5,000 slots, claims
         of 3,000 left most runners parked between them and the collector walking thousands of
         handlers at once (17 to 19 us of CPU a 10 ms job, against 14 to 16 in claims of 1,000)."""
+        slots = self.slots
         budget = slots + self.target(now)
         if slots <= self.FIRST:
             return budget

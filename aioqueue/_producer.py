@@ -115,7 +115,7 @@ class Producer:
         if not self.claims.active:
             self.prefetch.idle(now)
         free = min(cfg.concurrency + self.prefetch.target(now) - self.claims.active, cfg.batch_size or 1,
-                   self.prefetch.most(cfg.concurrency, now))
+                   self.prefetch.most(now))
         if self._slots is None:
             return free, None
         per_queue = [
@@ -129,7 +129,7 @@ class Producer:
         # Below a worthwhile refill (half the buffer), wait for more room only while jobs in
         # hand keep us busy: a buffer refills in large claims rather than one job at a time.
         cfg, pace = self.config, self.prefetch
-        if free < min(cfg.batch_size or 1, pace.target() // 2, pace.most(cfg.concurrency)) and self.claims.active:
+        if free < min(cfg.batch_size or 1, pace.target() // 2, pace.most()) and self.claims.active:
             return True
         return self.completer is not None and not self.completer.has_room()
 

@@ -7,7 +7,7 @@ from aioqueue._prefetch import Prefetch
 
 
 def test_buffer_follows_rate_times_round_trip_within_the_cap() -> None:
-    pace = Prefetch(cap=1000)
+    pace = Prefetch(cap=1000, slots=10)
     assert pace.target() == 0  # nothing finished yet: claim only for free slots
     pace.claimed(0.001)
     # 1-s jobs on 10 slots: 10 jobs/s x 1 ms is far below one job: buffer nothing.
@@ -16,18 +16,18 @@ def test_buffer_follows_rate_times_round_trip_within_the_cap() -> None:
     assert 9 < pace.rate < 11
     assert pace.target() == 0
     # No-op jobs at 50,000/s: 50 jobs per 1-ms round trip, times the margin.
-    fast = Prefetch(cap=1000)
+    fast = Prefetch(cap=1000, slots=10)
     fast.claimed(0.001)
     for step in range(1, 50):  # samples of 20 ms (above SAMPLE even after float rounding)
         fast.finished(1000 * step, fast._at + 0.02)
     assert 50 * Prefetch.MARGIN * 0.9 <= fast.target() <= 50 * Prefetch.MARGIN
     fast.claimed(0.5)  # a slow round trip: the buffer would be 50,000, but the cap holds
     assert fast.target() == 1000
-    assert Prefetch(cap=0).target() == 0
+    assert Prefetch(cap=0, slots=10).target() == 0
 
 
 def test_the_rate_rises_quickly_and_falls_slowly() -> None:
-    pace = Prefetch(cap=100)
+    pace = Prefetch(cap=100, slots=10)
     pace.finished(1000, pace._at + 0.1)  # a burst: 10,000/s over 100 ms
     risen = pace.rate
     assert risen > 9000
@@ -36,14 +36,14 @@ def test_the_rate_rises_quickly_and_falls_slowly() -> None:
 
 
 def test_samples_shorter_than_the_shortest_span_are_ignored() -> None:
-    pace = Prefetch(cap=100)
+    pace = Prefetch(cap=100, slots=10)
     at = pace._at
     pace.finished(500, at + Prefetch.SAMPLE / 2)
     assert pace.rate == 0.0 and pace._at == at
 
 
 def test_the_round_trip_is_a_running_average_of_claims() -> None:
-    pace = Prefetch(cap=100)
+    pace = Prefetch(cap=100, slots=10)
     pace.claimed(0.010)
     assert pace.round_trip == 0.010  # the first claim sets it
     pace.claimed(0.020)
@@ -55,7 +55,7 @@ def test_a_burst_grows_the_buffer_by_the_pace_of_its_handlers_up_to_the_cap() ->
 
     def claims(took: float) -> list[int]:
         """The claims of a burst whose claims' jobs are all done ``took`` after hand-over."""
-        pace = Prefetch(cap=1000)
+        pace = Prefetch(cap=1000, slots=10)
         pace.claimed(rtt)
         now, claim = 1.0, 10
         made: list[int] = []
@@ -77,7 +77,7 @@ def test_a_burst_grows_the_buffer_by_the_pace_of_its_handlers_up_to_the_cap() ->
 
 
 def test_jobs_slower_than_a_round_trip_never_grow_it() -> None:
-    pace = Prefetch(cap=1000)
+    pace = Prefetch(cap=1000, slots=10)
     pace.claimed(0.002)
     pace.handed_over(10, True, 100.0)
     pace.idle(100.0 + 0.3)  # all done together, but 0.3 s after their claim: long jobs
@@ -88,7 +88,7 @@ def test_jobs_slower_than_a_round_trip_never_grow_it() -> None:
 
 
 def test_only_a_full_claim_whose_jobs_are_all_done_grows_it_once() -> None:
-    pace = Prefetch(cap=1000)
+    pace = Prefetch(cap=1000, slots=10)
     pace.claimed(0.002)
     pace.idle(100.0)  # no claim yet
     assert pace.target(100.0) == 0
@@ -103,7 +103,7 @@ def test_only_a_full_claim_whose_jobs_are_all_done_grows_it_once() -> None:
 
 
 def test_the_floor_fades_and_a_short_claim_drops_it() -> None:
-    pace = Prefetch(cap=1000)
+    pace = Prefetch(cap=1000, slots=10)
     pace.claimed(0.002)
     pace.handed_over(100, True, 100.0)
     pace.idle(100.001)  # done in half the round trip: eight times as many
@@ -111,40 +111,43 @@ def test_the_floor_fades_and_a_short_claim_drops_it() -> None:
     assert 800 / 2.72 - 2 <= pace.target(100.001 + Prefetch.FALL) <= 800 / 2.71 + 1  # fades as the rate falls
     pace.handed_over(3, False, 100.002)  # the burst is over
     assert pace.target(100.002) == 0
-    assert Prefetch(cap=0).target(0.0) == 0
+    assert Prefetch(cap=0, slots=10).target(0.0) == 0
 
 
 def test_a_large_worker_claims_a_burst_in_a_short_first_claim_then_in_halves() -> None:
-    pace = Prefetch(cap=1000)
+    large, small = Prefetch(cap=1000, slots=1000), Prefetch(cap=1000, slots=10)
     # Few slots: its slots and buffer, whatever the burst (the defaults claim as they did).
-    assert pace.most(10, 100.0) == 10
+    assert small.most(100.0) == 10
     # Many slots: a short first claim, so the first handlers start soon.
-    assert pace.most(1000, 100.0) == Prefetch.FIRST
-    pace.handed_over(Prefetch.FIRST, True, 100.0)  # it got all it asked for: a burst
+    assert large.most(100.0) == Prefetch.FIRST
+    for pace in (large, small):
+        pace.handed_over(Prefetch.FIRST, True, 100.0)  # it got all it asked for: a burst
     # Then half its slots and buffer: the next claim can be sent as this one's jobs start.
-    assert pace.most(1000, 100.0) == 500
-    pace.claimed(0.5)
-    pace.finished(100_000, pace._at + 1.0)  # a rate that asks for the whole buffer
-    assert pace.target(pace._at) == 1000
-    assert pace.most(1000, pace._at) == 1000
-    assert pace.most(10, pace._at) == 1010
-    pace.handed_over(20, False, 101.0)  # a claim found fewer than it asked for: the burst is over
-    assert pace.most(1000, 101.0) == Prefetch.FIRST
+    assert large.most(100.0) == 500
+    for pace in (large, small):
+        pace.claimed(0.5)
+        pace.finished(100_000, pace._at + 1.0)  # a rate that asks for the whole buffer
+        assert pace.target(pace._at) == 1000
+    assert large.most(large._at) == 1000
+    assert small.most(small._at) == 1010
+    large.handed_over(20, False, 101.0)  # a claim found fewer than it asked for: the burst is over
+    assert large.most(101.0) == Prefetch.FIRST
 
 
 def test_a_very_large_worker_claims_at_most_a_thousand_at_once() -> None:
-    pace = Prefetch(cap=1000)
-    assert pace.most(5000, 100.0) == Prefetch.FIRST
-    pace.handed_over(Prefetch.FIRST, True, 100.0)
+    pace, below = Prefetch(cap=1000, slots=5000), Prefetch(cap=1000, slots=1000)
+    assert pace.most(100.0) == Prefetch.FIRST
+    for p in (pace, below):
+        p.handed_over(Prefetch.FIRST, True, 100.0)
     # Half of 5,000 slots would be 2,500 a claim: no cheaper a row, and one wave of handlers.
-    assert pace.most(5000, 100.0) == Prefetch.LARGEST == 1000
-    assert pace.most(1000, 100.0) == 500  # below it, halves as before
+    assert pace.most(100.0) == Prefetch.LARGEST == 1000
+    assert below.most(100.0) == 500  # below it, halves as before
 
 
 def test_long_jobs_finishing_together_are_not_read_as_a_fast_rate() -> None:
     # Two 1-s jobs on two slots, started together, finishing 25 ms apart: the second finish
     # alone reads as 40 jobs/s, but two handlers of 1 s finish at most 2 a second.
-    def after_two_finishes(slots: int | None) -> int:
+    def after_two_finishes(slots: int) -> int:
         pace = Prefetch(cap=1000, slots=slots)
         pace.claimed(0.011)  # a round trip of a loaded machine
         start = pace._at
@@ -153,7 +156,7 @@ def test_long_jobs_finishing_together_are_not_read_as_a_fast_rate() -> None:
         assert 0.99 < pace.handler_time <= 1.0
         return pace.target(start + 1.025)
 
-    assert after_two_finishes(None) >= 1  # the rate alone: a 1-s job held back unstarted
+    assert after_two_finishes(1_000_000) >= 1  # slots too many to cap it: the rate alone holds a 1-s job back
     assert after_two_finishes(2) == 0
 
 
