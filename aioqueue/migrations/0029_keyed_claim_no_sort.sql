@@ -1,0 +1,13 @@
+-- The keyed claim plans no sort: its walk reads the next key from jobs_partition_ready_idx
+-- whatever the statistics say.
+--
+-- claim_keyed plans each statement once per session (force_generic_plan). A plan made while the
+-- statistics described a nearly empty queue (a flood of one key just drained, the small keys'
+-- jobs arriving) took the walk's probe for the next key as a bitmap scan of jobs_ready_idx (the
+-- queue's every pending job) and a sort, priced at one row, and ran it at each key it passed:
+-- in the per-key benchmark at full size, claims of 0.4 to 1.2 s and small keys waiting up to
+-- 3.3 s for their first start. The function now runs with enable_sort off, so only an index
+-- that gives the order is chosen.
+
+-- claim_keyed() as in 0026 (same arguments). Defined in functions/claim_keyed.sql.
+-- functions: fefd3c5af86761f41e5add00b977bf45aa6b29fefb178256a1adea166758d6fa
