@@ -173,10 +173,8 @@ class WorkerConfig:
 
     def __post_init__(self) -> None:
         put = object.__setattr__
-        concurrency = check_concurrency(self.concurrency)
-        if self.prefetch is None:
-            put(self, "prefetch", Prefetch.default_cap(concurrency))
-        prefetch = _int("prefetch", self.prefetch, 0, MAX_PREFETCH)
+        check_concurrency(self.concurrency)
+        put(self, "prefetch", _int("prefetch", self.prefetch_cap, 0, MAX_PREFETCH))
         if self.queues is not None:
             put(self, "queues", tuple(check_queue_names(self.queues)))
         if self.queue_slots is not None:
@@ -202,8 +200,7 @@ class WorkerConfig:
             put(self, "archive_retention", _seconds("archive_retention", self.archive_retention, low=0.0,
                                                     inclusive=True, high=100 * 366 * 86400.0))
         _int("vacuum_threshold", self.vacuum_threshold, 0, 2**62)
-        batch = concurrency + prefetch if self.batch_size is None else self.batch_size
-        put(self, "batch_size", _int("batch_size", batch, 1, MAX_CONCURRENCY + MAX_PREFETCH))
+        put(self, "batch_size", _int("batch_size", self.claim_batch, 1, MAX_CONCURRENCY + MAX_PREFETCH))
         _int("completion_batch", self.completion_batch, 1, 100_000)
         put(self, "completion_interval",
             _seconds("completion_interval", self.completion_interval, low=0.0, inclusive=True, high=10.0))
@@ -253,6 +250,16 @@ class WorkerConfig:
             else:
                 values[key] = value
         return cls(**values)
+
+    @property
+    def prefetch_cap(self) -> int:
+        """``prefetch`` as resolved: the cap of the worker's prefetch buffer."""
+        return Prefetch.default_cap(self.concurrency) if self.prefetch is None else self.prefetch
+
+    @property
+    def claim_batch(self) -> int:
+        """``batch_size`` as resolved: the most jobs one claim takes."""
+        return self.concurrency + self.prefetch_cap if self.batch_size is None else self.batch_size
 
     @property
     def commit_mode(self) -> str | None:

@@ -79,7 +79,7 @@ class Producer:
         """Claimed jobs made dead at once because no handler could be called with their row."""
         self._stopping = False
         self._slots = config.slots_by_queue
-        self.prefetch = Prefetch(config.prefetch or 0, slots=config.concurrency)  # (resolved: never None)
+        self.prefetch = Prefetch(config.prefetch_cap, slots=config.concurrency)
         # Queues with a global limit or per-key settings (claimed by the limits' statement) and,
         # of those, the ones with a global limit, whose settings rows a claim locks first, and
         # those with a rate (global or per key), whose short claims ask when to look again
@@ -114,7 +114,7 @@ class Producer:
         self.prefetch.finished(self.claims.finished_total, now, self.claims.busy_total)
         if not self.claims.active:
             self.prefetch.idle(now)
-        free = min(cfg.concurrency + self.prefetch.target(now) - self.claims.active, cfg.batch_size or 1,
+        free = min(cfg.concurrency + self.prefetch.target(now) - self.claims.active, cfg.claim_batch,
                    self.prefetch.most(now))
         if self._slots is None:
             return free, None
@@ -129,7 +129,7 @@ class Producer:
         # Below a worthwhile refill (half the buffer), wait for more room only while jobs in
         # hand keep us busy: a buffer refills in large claims rather than one job at a time.
         cfg, pace = self.config, self.prefetch
-        if free < min(cfg.batch_size or 1, pace.target() // 2, pace.most()) and self.claims.active:
+        if free < min(cfg.claim_batch, pace.target() // 2, pace.most()) and self.claims.active:
             return True
         return self.completer is not None and not self.completer.has_room()
 

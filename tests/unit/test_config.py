@@ -71,6 +71,15 @@ def test_the_default_prefetch_holds_two_claims_more_with_many_slots() -> None:
     assert WorkerConfig(concurrency=1000).batch_size == 4000
 
 
+def test_the_resolved_prefetch_and_batch_are_typed_ints() -> None:
+    config = WorkerConfig(concurrency=101)
+    cap: int = config.prefetch_cap  # typed int (prefetch is int | None): no `or 0` where it is used
+    batch: int = config.claim_batch
+    assert (cap, batch) == (config.prefetch, config.batch_size) == (1202, 1303)
+    assert (WorkerConfig(prefetch=0).prefetch_cap, WorkerConfig(prefetch=0).claim_batch) == (0, 10)
+    assert WorkerConfig(concurrency=4, prefetch=6, batch_size=3).claim_batch == 3
+
+
 def test_queues_mapping_caps_slots_and_round_trips_through_json() -> None:
     config = WorkerConfig.from_options({"queues": {"mail": 2, "reports": 1}, "concurrency": 3})
     assert config.queues == ("mail", "reports")
