@@ -5,6 +5,7 @@ same where a broker is given (``AIOQUEUE_TEST_KAFKA``: bootstrap servers)."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import random
 import sys
@@ -16,11 +17,14 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 from anyio.abc import Process
+from redis.exceptions import AuthenticationError
 
 import aioqueue
+from aioqueue.streams import Event
+from aioqueue.streams.redis import RedisStream
 from tests.support.cli_tools import cli_env, free_port
 from tests.support.helpers import eventually
-from tests.support.redis_tools import check_arrivals, entries, own_redis
+from tests.support.redis_tools import OwnRedis, check_arrivals, entries, own_redis
 
 
 class RelayProcess:
@@ -139,6 +143,40 @@ async def test_a_hundred_thousand_events_through_killed_relays_and_redis(dsn: st
         dsn, tmp_path, 100_000, ["relay", "redis", "relay", "both", "relay", "redis", "both", "relay", "redis"],
         timeout=600,
     )
+
+
+async def test_own_redis_takes_no_other_server_on_its_port_for_its_own(tmp_path: Path) -> None:
+    """Another test's server has the port (it took it while this one was down): start() fails
+    saying so, where it used to go on against that server and its stream."""
+    port = free_port()
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "mine").mkdir()
+    async with own_redis(tmp_path / "theirs", port):
+        mine = OwnRedis(tmp_path / "mine", port)
+        try:
+            with pytest.raises(AssertionError, match=f"redis-server on port {port} exited"):
+                await mine.start()
+        finally:
+            if mine.process is not None and mine.process.returncode is None:
+                await mine.kill()
+
+
+async def test_a_relay_without_its_password_writes_nothing_to_own_redis(tmp_path: Path) -> None:
+    """A relay of another test that reaches this test's port (its own server gone, the port taken
+    by this one) is refused: it adds nothing to this test's stream."""
+    async with own_redis(tmp_path, free_port()) as server:
+        stranger = RedisStream(f"redis://127.0.0.1:{server.port}/0")
+        event = Event(id=1, stream="orders", key="k", payload="{}", created_at=datetime.datetime.now(datetime.UTC))
+        try:
+            with pytest.raises(AuthenticationError):
+                await stranger.publish([event])
+        finally:
+            await stranger.aclose()
+        client = aioredis.from_url(server.url)
+        try:
+            assert await client.exists("orders", "orders:positions") == 0
+        finally:
+            await client.aclose()
 
 
 # -- Kafka, where a broker is given -----------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import subprocess
 import uuid
@@ -75,7 +76,14 @@ async def entries(client: aioredis.Redis, key: str) -> list[Entry]:
 def check_arrivals(got: Sequence[Entry], committed: Mapping[str, Iterable[int]]) -> None:
     """Every committed event arrived once, and each key's in id (= commit) order."""
     ids = [e[0] for e in got]
-    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} events arrived twice"
+    if len(ids) != len(set(ids)):
+        seen: dict[int, list[tuple[str, str]]] = {}
+        for event_id, key, payload in got:
+            seen.setdefault(event_id, []).append((key, payload))
+        twice = {i: v for i, v in seen.items() if len(v) > 1}
+        examples = "; ".join(f"id {i}: {v}" for i, v in list(twice.items())[:3])
+        raise AssertionError(f"{len(ids) - len(set(ids))} events arrived twice ({len(twice)} ids, "
+                             f"each as (key, payload): {examples})")
     by_key: dict[str, list[int]] = {}
     for event_id, key, _ in got:
         by_key.setdefault(key, []).append(event_id)
@@ -87,30 +95,46 @@ def check_arrivals(got: Sequence[Entry], committed: Mapping[str, Iterable[int]])
 
 class OwnRedis:
     """A ``redis-server`` of the test's own, durable as the outbox docs ask (append-only file,
-    fsync on every write), that a test may kill and start again on the same port and files."""
+    fsync on every write), that a test may kill and start again on the same port and files.
+
+    Its own in two ways, as the machine may run other tests' servers and relays: a password of
+    its own (``url`` carries it), so a relay of another test that reaches the port writes
+    nothing; and ``start`` returns only once the server answering is the process it started, so
+    a test never goes on against another server that took the port while this one was down.
+    """
 
     def __init__(self, directory: Path, port: int) -> None:
         self.directory, self.port = directory, port
-        self.url = f"redis://127.0.0.1:{port}/0"
+        self.password = secrets.token_hex(8)
+        self.url = f"redis://:{self.password}@127.0.0.1:{port}/0"
         self.process: Process | None = None
 
     async def start(self) -> None:
         binary = shutil.which("redis-server")
         assert binary, "redis-server is not installed (.ci/run installs Debian's)"
-        self.process = await anyio.open_process(
+        self.process = process = await anyio.open_process(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "no"],
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "no",
+             "--requirepass", self.password],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         client = aioredis.from_url(self.url)
         try:
             with anyio.fail_after(10):
                 while True:
+                    assert process.returncode is None, (
+                        f"redis-server on port {self.port} exited with status {process.returncode}: "
+                        "another process has the port?")
                     try:
                         await client.ping()
-                        return
+                        info: Any = await client.info("server")
                     except Exception:
                         await anyio.sleep(0.02)
+                        continue
+                    assert int(info["process_id"]) == process.pid, (
+                        f"port {self.port} answers as redis-server pid {info['process_id']}, not this "
+                        f"test's pid {process.pid}")
+                    return
         finally:
             await client.aclose()
 
