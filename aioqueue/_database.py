@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import anyio
@@ -357,10 +357,22 @@ class Database:
         async with self.connection() as conn:
             return await migrations.migrate(conn, self.schema)
 
-    async def check_schema(self) -> None:
-        """Raise :class:`SchemaNotReadyError` unless the schema is at this code's version."""
+    async def check_schema(self, limits_of: Sequence[str] | None = None) -> list[asyncpg.Record]:
+        """Raise :class:`SchemaNotReadyError` unless the schema is at this code's version. With
+        ``limits_of`` (a worker's queues), read in the same statement which of them have limits,
+        and return those rows of ``limited_queues`` (else none)."""
+        rows: list[asyncpg.Record] = []
         async with self.connection() as conn:
-            version = await migrations.applied_version(conn, self.schema)
+            if limits_of is None:
+                version = await migrations.applied_version(conn, self.schema)
+            else:
+                try:
+                    rows = await conn.fetch(self.queries.limited_queues_at_version, list(limits_of))
+                    version = rows[0]["version"]
+                except _SCHEMA_ERRORS:  # no schema, or one too old for the read: the version tells
+                    version = await migrations.applied_version(conn, self.schema)
+                    if version == migrations.latest_version():
+                        raise
         latest = migrations.latest_version()
         if version < latest:
             state = "does not exist" if version == 0 else f"is at version {version}"
@@ -373,3 +385,4 @@ class Database:
                 f"the aioqueue schema {self.schema!r} is at version {version}, newer than this "
                 f"code's {latest}: upgrade aioqueue"
             )
+        return [row for row in rows if row["name"] is not None]

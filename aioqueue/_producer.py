@@ -286,12 +286,8 @@ class Producer:
                 self.connected.set()
                 now = time.monotonic()
                 if now - self._limits_read_at >= self.limits_refresh:
-                    limited = await conn.fetch(q.limited_queues, self.queues)
-                    self.limited = [r["name"] for r in limited]
-                    self.locked = [r["name"] for r in limited if r["locked"]]
-                    self.rated = [r["name"] for r in limited if r["rated"]]
-                    self.prefetch.keyed = any(r["key_limited"] for r in limited)
-                    self._limits_read_at, self._limits_took = now, time.monotonic() - now
+                    self.take_limits(await conn.fetch(q.limited_queues, self.queues))
+                    self._limits_took = time.monotonic() - now
                 while True:
                     b = claim(limited=bool(self.limited), timed=True)
                     if self.locked:
@@ -326,6 +322,12 @@ class Producer:
                            type(exc).__name__, exc)
             return handed
 
+    def take_limits(self, rows: Sequence[asyncpg.Record]) -> None:
+        """Keep the rows of ``limited_queues``, read just now (the worker's first read)."""
+        self.limited, self.locked = [r["name"] for r in rows], [r["name"] for r in rows if r["locked"]]
+        self.rated = [r["name"] for r in rows if r["rated"]]
+        self.prefetch.keyed, self._limits_read_at = any(r["key_limited"] for r in rows), time.monotonic()
+
     async def _bury(self, conn: Connection, bad: list[Undecodable]) -> None:
         """Make dead at once, through the completer, the claimed jobs no handler could be called
         for: no attempt could decode them, and leaving them running would hold them until their
@@ -346,9 +348,9 @@ class Producer:
                 self.wakeups.claiming()
                 started = time.monotonic()
                 jobs = await self.claim(limit, per_queue, hand_over, await self._hold())
-                # Less the settings read: at a worker's start it is the first statement on a cold
-                # server session, which can take many claims' time on a loaded machine, and the
-                # buffer it would then size holds long jobs back from other workers.
+                # Less the settings read (a producer's first, unless take_limits came first, is a
+                # cold server session's first statement): it can take many claims' time on a loaded
+                # machine, and the buffer it would then size holds long jobs back from other workers.
                 self.prefetch.claimed(time.monotonic() - started - self._limits_took)
                 return jobs
             except Exception as exc:

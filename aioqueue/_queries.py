@@ -56,6 +56,7 @@ class Queries:
     ready_jobs: str
     lock_queues: str
     limited_queues: str
+    limited_queues_at_version: str
     set_paused: str
     set_limits: str
     queue_settings: str

@@ -152,7 +152,6 @@ class Worker:
             if not db.is_open:
                 await db.open()
                 opened = True
-            await db.check_schema()
             await self._serve(burst)
         finally:
             # A stop asked for before the run began holds for it (a group of workers is told to
@@ -186,6 +185,7 @@ class Worker:
         producer = self.producer = Producer(
             db, cfg, queues=queues, claims=claims, completer=completer, on_lost=self._lost
         )
+        producer.take_limits(await db.check_schema(queues))  # and its queues' limits, one round trip
         if self._stop:
             producer.stop()
         self.heartbeat = Heartbeat(

@@ -333,11 +333,21 @@ FOR UPDATE;
 -- next_wakeup; a concurrency limit wakes the workers itself when a slot frees), and whether a
 -- per-key concurrency limit (a job buffered holds its key's slot: the producer buffers less).
 -- Per-key settings alone need no lock of the queue: claim_keyed locks keys (migration 0022).
+{limited_queue_rows};
+
+-- name: limited_queues_at_version
+-- A worker's first read, one round trip before its first claim: the schema's version (as
+-- schema_version) beside each row of limited_queues, or beside NULLs when no queue is limited.
+SELECT v.version, l.*
+FROM (SELECT coalesce(max(m.version), 0) FROM {schema}.migrations AS m) AS v(version)
+LEFT JOIN LATERAL ({limited_queue_rows}) AS l ON true;
+
+-- fragment: limited_queue_rows
 SELECT s.name, {globally_limited} AS locked,
        s.rate_limit IS NOT NULL OR s.key_rate_limit IS NOT NULL AS rated,
        s.key_concurrency_limit IS NOT NULL AS key_limited
 FROM {schema}.queues AS s
-WHERE s.name = ANY($1::text[]) AND {limited};
+WHERE s.name = ANY($1::text[]) AND {limited}
 
 -- fragment: globally_limited
 -- A queue row `s` with a global concurrency or rate limit: its claims take turns.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import anyio
 import asyncpg
 import pytest
@@ -195,6 +197,40 @@ async def test_older_schema_is_refused_by_worker(q: aioqueue.Queue) -> None:
 
     with pytest.raises(aioqueue.SchemaNotReadyError, match="run `aioqueue migrate`"):
         await q.worker().run_until_empty()
+
+
+async def test_a_schema_too_old_for_the_workers_first_read_is_refused_naming_its_version(q: aioqueue.Queue) -> None:
+    # The worker's first read (the schema's version and its queues' limits, one statement) meets
+    # a queues table without a later column: the version alone then says what to do.
+    async with q.connection() as conn:
+        await conn.execute("DELETE FROM aioqueue.migrations WHERE version > 17")
+        await conn.execute("ALTER TABLE aioqueue.queues DROP COLUMN key_concurrency_limit CASCADE")
+
+    @q.task
+    async def noop() -> None:
+        pass
+
+    with pytest.raises(aioqueue.SchemaNotReadyError, match=r"is at version 17; .*run `aioqueue migrate`"):
+        await q.worker().run_until_empty()
+
+
+async def test_a_worker_reads_its_queues_limits_with_its_schema_check(q: aioqueue.Queue) -> None:
+    # One round trip before the first claim, not two: the claim does not read the settings again
+    # (here it could not) until limits_refresh (poll_interval, here 30 s) has passed.
+    db = q.database
+    broken = dataclasses.replace(db.queries, limited_queues="SELECT * FROM aioqueue.no_such_table")
+    runs: list[int] = []
+
+    @q.task
+    async def record(n: int) -> None:
+        runs.append(n)
+
+    await record.enqueue_many([{"n": n} for n in range(3)])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(db, "queries", broken)
+        with anyio.fail_after(20):
+            stats = await q.worker(poll_interval=30).run_until_empty()
+    assert (stats.succeeded, sorted(runs)) == (3, [0, 1, 2])
 
 
 async def test_unreachable_dsn_fails_fast_naming_host() -> None:
