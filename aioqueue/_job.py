@@ -11,8 +11,7 @@ import dataclasses
 import datetime
 import itertools
 import json
-import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
@@ -71,50 +70,32 @@ def from_epoch(seconds: float) -> datetime.datetime:
         return _MAX if seconds > 0 else _MIN
 
 
-def _lazy(slot: Any, raw: Callable[[Any], float]) -> Any:
-    """A field of a claimed job built from its epoch seconds (``raw(job)``) when first read,
-    then kept in the field's own ``slot``; a value set (``dataclasses.replace``, unpickling)
-    goes straight to the slot."""
+class _FromEpoch:
+    """``Job.run_at`` and ``Job.created_at`` read through their own slots: a claim fills the
+    slot with epoch seconds (a float; most handlers never read them), and the first read turns
+    them into the datetime, kept in the slot. Every read goes through here (equality, repr,
+    copies, pickles), so a claimed job is a plain ``Job``."""
 
-    def get(job: Job) -> datetime.datetime:
-        try:
-            value: datetime.datetime = slot.__get__(job)
-        except AttributeError:
-            value = from_epoch(raw(job))
-            slot.__set__(job, value)
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: Any) -> None:
+        self.slot = slot
+
+    def __get__(self, job: Job | None, owner: type | None = None) -> Any:
+        if job is None:
+            return self.slot  # the class's attribute as the dataclass made it
+        value = self.slot.__get__(job)
+        if type(value) is float:
+            value = from_epoch(value)
+            self.slot.__set__(job, value)
         return value
 
-    return property(get, slot.__set__)
+    def __set__(self, job: Job, value: datetime.datetime) -> None:
+        self.slot.__set__(job, value)
 
 
-class _ClaimedJob(Job):
-    """A :class:`Job` as a claim builds it: ``run_at`` and ``created_at`` arrive as epoch
-    seconds and become datetimes only when read (most handlers never read them). In every
-    other way a ``Job``; a copy or a pickle of one is a plain ``Job``."""
-
-    __slots__ = ("_created_at_epoch", "_run_at_epoch")
-    _run_at_epoch: float
-    _created_at_epoch: float
-
-    run_at = _lazy(vars(Job)["run_at"], operator.attrgetter("_run_at_epoch"))
-    created_at = _lazy(vars(Job)["created_at"], operator.attrgetter("_created_at_epoch"))
-
-    def __reduce__(self) -> tuple[type[Job], tuple[Any, ...]]:
-        return Job, tuple(getattr(self, f.name) for f in dataclasses.fields(Job))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Job):
-            return NotImplemented
-        return all(getattr(self, f.name) == getattr(other, f.name) for f in dataclasses.fields(Job))
-
-    __hash__ = Job.__hash__
-
-    def __repr__(self) -> str:
-        return "Job(" + Job.__repr__(self).partition("(")[2]
-
-
-_set_run_at_epoch, _set_created_at_epoch = (vars(_ClaimedJob)[name].__set__ for name in (
-    "_run_at_epoch", "_created_at_epoch"))
+for _field in ("run_at", "created_at"):
+    setattr(Job, _field, _FromEpoch(vars(Job)[_field]))
 
 
 def _claimed_job(
@@ -124,8 +105,8 @@ def _claimed_job(
     """``Job(...)`` for a claimed row, built more cheaply: a frozen dataclass's ``__init__`` sets
     each field through ``object.__setattr__``, a visible share of a worker's own CPU per short
     job; setting the slots directly makes the same immutable object, its timestamps (epoch
-    seconds) left to be built when read (see :class:`_ClaimedJob`)."""
-    job = object.__new__(_ClaimedJob)
+    seconds) left to be built when read (see :class:`_FromEpoch`)."""
+    job = object.__new__(Job)
     _set_id(job, id)
     _set_queue(job, queue)
     _set_task(job, task)
@@ -133,16 +114,10 @@ def _claimed_job(
     _set_priority(job, priority)
     _set_attempt(job, attempt)
     _set_max_attempts(job, max_attempts)
-    _set_run_at_epoch(job, run_at)
-    _set_created_at_epoch(job, created_at)
+    _set_run_at(job, run_at)
+    _set_created_at(job, created_at)
     _set_headers(job, headers)
     return job
-
-
-def claim_order(job: Job) -> tuple[int, float, int]:
-    """The order jobs are claimed in (priority, then run_at, then id), read from a claimed job
-    without building its run_at."""
-    return (-job.priority, job._run_at_epoch if isinstance(job, _ClaimedJob) else job.run_at.timestamp(), job.id)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -158,12 +133,16 @@ class Undecodable:
 def decode_claimed(rows: Sequence[asyncpg.Record]) -> tuple[list[Job], list[Undecodable]]:
     """Build the jobs of one claim, and set apart the rows whose arguments cannot be decoded.
 
-    Rows with the claim's columns in order are unpacked by position and their arguments (jsonb
-    as text, so valid JSON) parsed as one JSON array: cheaper per job than a lookup by name and
-    a json.loads per row. If that fails (nesting past Python's recursion
-    limit, an int over its digit limit), each row is decoded on its own, so one bad row never
-    takes its batch-mates with it.
+    The jobs come in claim order (priority, then run_at, then id): ``UPDATE ... RETURNING``
+    gives rows in no particular order. Rows with the claim's columns in order are unpacked by
+    position and their arguments (jsonb as text, so valid JSON) parsed as one JSON array:
+    cheaper per job than a lookup by name and a json.loads per row. If that fails (nesting past
+    Python's recursion limit, an int over its digit limit), each row is decoded on its own, so
+    one bad row never takes its batch-mates with it.
     """
+    # Each job behind its sort key, (-priority, run_at in epoch seconds, id): ids are unique,
+    # so a job is never compared.
+    claimed: list[tuple[int, float, int, Job]]
     if rows and tuple(rows[0].keys()) == _CLAIM_COLUMNS:
         try:
             args = json.loads("[" + ",".join([row[3] for row in rows]) + "]")
@@ -171,11 +150,12 @@ def decode_claimed(rows: Sequence[asyncpg.Record]) -> tuple[list[Job], list[Unde
             args = None
         if args is not None and all(type(a) is dict for a in args):
             pairs = zip(rows, args, strict=True)
-            return [
-                _claimed_job(i, q, t, a, p, n, m, r, c, a.pop(HEADERS_KEY, None) or {})
+            claimed = sorted([
+                (-p, r, i, _claimed_job(i, q, t, a, p, n, m, r, c, a.pop(HEADERS_KEY, None) or {}))
                 for (i, q, t, _, p, n, m, r, c), a in pairs
-            ], []
-    good: list[Job] = []
+            ])
+            return [c[3] for c in claimed], []
+    claimed = []
     bad: list[Undecodable] = []
     for row in rows:
         args = decode(row["args"])
@@ -186,11 +166,12 @@ def decode_claimed(rows: Sequence[asyncpg.Record]) -> tuple[list[Job], list[Unde
             error = f"TypeError: the stored arguments are a JSON {kind}, not an object of keyword arguments"
             bad.append(Undecodable(row["id"], row["attempts"], error))
         else:
-            good.append(_claimed_job(
+            claimed.append((-row["priority"], row["run_at"], row["id"], _claimed_job(
                 row["id"], row["queue"], row["task"], args, row["priority"], row["attempts"], row["max_attempts"],
                 row["run_at"], row["created_at"], args.pop(HEADERS_KEY, None) or {},
-            ))
-    return good, bad
+            )))
+    claimed.sort()
+    return [c[3] for c in claimed], bad
 
 
 HEADERS_KEY = "__aioqueue_headers__"

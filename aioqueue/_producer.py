@@ -25,7 +25,7 @@ import anyio
 
 from ._claims import ClaimKey, Claims
 from ._completer import Completer
-from ._job import Connection, Job, Undecodable, claim_order, decode_claimed, from_epoch
+from ._job import Connection, Job, Undecodable, decode_claimed, from_epoch
 from ._prefetch import Prefetch
 from ._wakeups import Wakeups
 
@@ -297,11 +297,7 @@ class Producer:
                     else:
                         rows = await conn.fetch(b.sql, *b.args)
                     self._claimed_at = _claim_time(rows)
-                    jobs, bad = decode_claimed(rows)
-                    if len(jobs) > 1:
-                        # UPDATE ... RETURNING gives rows in no particular order: hand them to the
-                        # runners in claim order (priority, then run_at, then id).
-                        jobs.sort(key=claim_order)
+                    jobs, bad = decode_claimed(rows)  # in claim order
                     self.claimed += len(jobs)
                     if bad:
                         await self._bury(conn, bad)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import pickle
@@ -79,8 +80,10 @@ async def test_a_claimed_jobs_timestamps_are_the_stored_ones_built_when_read(
     stored = {r["id"]: (r["run_at"], r["created_at"]) for r in await db.fetch("SELECT * FROM aioqueue.jobs")}
     assert {j.id: (j.run_at, j.created_at) for j in jobs} == stored
     job = jobs[0]
+    assert type(job) is aioqueue.Job  # no subclass: a plain Job whose slots hold the seconds until read
     plain = aioqueue.Job(**{f.name: getattr(job, f.name) for f in dataclasses.fields(aioqueue.Job)})
     assert job == plain and plain == job and repr(job) == repr(plain)
+    assert copy.copy(jobs[1]) == jobs[1] and type(copy.deepcopy(jobs[1])) is aioqueue.Job
     assert type(copied := pickle.loads(pickle.dumps(job))) is aioqueue.Job and copied == job
     assert dataclasses.replace(job, attempt=2) == dataclasses.replace(plain, attempt=2)
     with pytest.raises(dataclasses.FrozenInstanceError):
