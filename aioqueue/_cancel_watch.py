@@ -52,8 +52,8 @@ class CancelWatch:
                 continue
             try:
                 async with self.db.connection() as conn:
-                    rows = await conn.fetch(self.db.queries.cancel_requests, [i for i, _ in held],
-                                            [a for _, a in held])
+                    b = self.db.statements.cancel_requests(ids=[i for i, _ in held], attempts=[a for _, a in held])
+                    rows = await conn.fetch(b.sql, *b.args)
             except Exception as exc:
                 if not failing:  # once per outage, not once a tick
                     logger.warning("checking for cancel requests failed (%s: %s)", type(exc).__name__, exc)

@@ -429,7 +429,7 @@ SELECT (SELECT count(*) FROM archived) AS cancelled,
 -- Which of the jobs $1 (held by this worker under attempts $2) have a cancel request.
 -- Looked up one by one, by primary key, as in complete (LATERAL, never a join).
 SELECT h.id, h.attempts
-FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS h(id, attempts)
+FROM unnest((SELECT $1::text::bigint[]), (SELECT $2::text::int[])) AS h(id, attempts)
 CROSS JOIN LATERAL (
     SELECT FROM {schema}.jobs AS j
     WHERE j.id = h.id AND j.attempts = h.attempts AND j.cancel_requested
@@ -444,7 +444,7 @@ CROSS JOIN LATERAL (
 WITH claims AS MATERIALIZED (
     -- The batch's claims as the keys of one jsonb object: see complete.
     SELECT jsonb_object_agg(d.id || ':' || d.attempts, true) AS inputs
-    FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS d(id, attempts)
+    FROM unnest((SELECT $1::text::bigint[]), (SELECT $2::text::int[])) AS d(id, attempts)
 ),
 finished AS (
     DELETE FROM {schema}.jobs AS j
@@ -524,7 +524,7 @@ flowed AS (
 -- snapshot (a heartbeat renewed it) is checked again before it is written. `|| ''` keeps the
 -- planner on the primary key, off jobs_lease_idx: statistics taken while nothing ran make that
 -- index look empty.
-j.id = ANY ((SELECT $1::bigint[])::bigint[])
+j.id = ANY ((SELECT $1::text::bigint[])::bigint[])
 AND (SELECT c.inputs FROM claims AS c) ? (j.id || ':' || j.attempts)
 AND j.status || '' = 'running'
 
@@ -553,7 +553,7 @@ WITH claims AS MATERIALIZED (
     -- the planner can count neither and price one scan of the table below many lookups. fail,
     -- reschedule and finish_cancelled do the same.
     SELECT jsonb_object_agg(d.id || ':' || d.attempts, d.result) AS inputs
-    FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::text[])) AS d(id, attempts, result)
+    FROM unnest((SELECT $1::text::bigint[]), (SELECT $2::text::int[]), (SELECT $3::text[])) AS d(id, attempts, result)
 ),
 finished AS (
     DELETE FROM {schema}.jobs AS j
@@ -603,7 +603,7 @@ WITH claims AS MATERIALIZED (
     SELECT jsonb_object_agg(f.id || ':' || f.attempts, jsonb_build_object(
                'error', f.error, 'delay', f.delay, 'dead', f.dead,
                'base', f.base, 'factor', f.factor, 'max_delay', f.max_delay, 'jitter', f.jitter)) AS inputs
-    FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::text[]), (SELECT $4::float8[]),
+    FROM unnest((SELECT $1::text::bigint[]), (SELECT $2::text::int[]), (SELECT $3::text[]), (SELECT $4::float8[]),
                 (SELECT $5::bool[]),
                 (SELECT $6::float8[]), (SELECT $7::float8[]), (SELECT $8::float8[]), (SELECT $9::float8[]))
          AS f(id, attempts, error, delay, dead, base, factor, max_delay, jitter)
@@ -646,7 +646,7 @@ WHERE {commit_mode($13)};
 WITH claims AS MATERIALIZED (
     -- Each claim's inputs keyed by the claim: see complete.
     SELECT jsonb_object_agg(r.id || ':' || r.attempts, jsonb_build_object('delay', r.delay, 'note', r.note)) AS inputs
-    FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::float8[]), (SELECT $4::text[]))
+    FROM unnest((SELECT $1::text::bigint[]), (SELECT $2::text::int[]), (SELECT $3::float8[]), (SELECT $4::text[]))
          AS r(id, attempts, delay, note)
 ),
 finished AS (
@@ -680,7 +680,7 @@ SELECT f.id, (SELECT count(*) FROM notified) AS notified FROM finished AS f WHER
 WITH claims AS MATERIALIZED (
     -- Each claim's value keyed by the claim: see complete.
     SELECT jsonb_object_agg(p.id || ':' || p.attempts, p.progress::jsonb) AS inputs
-    FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[]), (SELECT $3::text[])) AS p(id, attempts, progress)
+    FROM unnest((SELECT $1::text::bigint[]), (SELECT $2::text::int[]), (SELECT $3::text[])) AS p(id, attempts, progress)
 ),
 written AS (
     UPDATE {schema}.jobs AS j
@@ -705,7 +705,7 @@ WITH held AS (
     -- whether its row still matches in this statement's snapshot (then it is held), and whether
     -- it could be locked now (then its lease is renewed).
     SELECT h.id, h.attempts, f.id IS NOT NULL AS free
-    FROM unnest((SELECT $1::bigint[]), (SELECT $2::int[])) AS h(id, attempts)
+    FROM unnest((SELECT $1::text::bigint[]), (SELECT $2::text::int[])) AS h(id, attempts)
     CROSS JOIN LATERAL (
         SELECT FROM {schema}.jobs AS j
         WHERE j.id = h.id AND j.attempts = h.attempts AND j.status || '' = 'running'  -- see claimed_rows
@@ -1509,7 +1509,7 @@ RETURNING s.state, s.result::text AS result, s.wake_at, {schema}.now() AS now;
 -- name: suspend
 -- The completer's write for handlers that stopped at a sleep or an event wait: see
 -- suspend_jobs() (claims $1, $2; $3: the commit mode).
-SELECT count(*) FROM {schema}.suspend_jobs((SELECT $1::bigint[]), (SELECT $2::int[]), $3::text);
+SELECT count(*) FROM {schema}.suspend_jobs((SELECT $1::text::bigint[]), (SELECT $2::text::int[]), $3::text);
 
 -- name: send_event
 -- Deliver event $1 with key $2 and JSON payload $3 to the jobs waiting for it: see send_event().

@@ -24,6 +24,7 @@ import asyncpg
 import aioqueue
 from aioqueue._dsn import with_database
 from aioqueue._queries import for_schema
+from aioqueue._statements import int_array
 
 DATABASE = "aioqueue_index_cost"
 Q = for_schema("aioqueue")
@@ -91,7 +92,7 @@ async def complete_seconds(dsn: str, conn: asyncpg.Connection, n: int, batch: in
     done = 0
     start = time.perf_counter()
     while rows := await conn.fetch(Q.claim, ["default"], [batch], "cost", 300.0, batch):
-        await conn.execute(Q.complete, [r["id"] for r in rows], [r["attempts"] for r in rows],
+        await conn.execute(Q.complete, int_array([r["id"] for r in rows]), int_array([r["attempts"] for r in rows]),
                            ["null"] * len(rows), "cost", "cost")
         done += len(rows)
     elapsed = time.perf_counter() - start

@@ -14,6 +14,7 @@ from common import TASK, Measurement, Run, insert_pending, migrated, progress
 
 import aioqueue
 from aioqueue._job import Connection
+from aioqueue._statements import int_array
 from tests.support import plans
 
 Statement = Literal["claim_unlimited", "claim"]
@@ -82,7 +83,7 @@ enqueued, so the backlog stays the size its label says."""
                 rows = await conn.fetch(sql, *args)
                 round_trips[statement].append(time.perf_counter() - start)
                 await conn.execute(
-                    q.complete, [r["id"] for r in rows], [r["attempts"] for r in rows], [None] * len(rows),
+                    q.complete, int_array([r["id"] for r in rows]), int_array([r["attempts"] for r in rows]), None,
                     "bench", "bench", "off",
                 )
                 await insert_pending(conn, len(rows))  # two statements claim: keep the backlog as labelled

@@ -30,6 +30,7 @@ import aioqueue
 from aioqueue._claims import ClaimKey
 from aioqueue._outcome import Interrupt
 from aioqueue._queries import for_schema
+from aioqueue._statements import int_array
 from tests.support.fault_tools import owned_server
 from tests.support.helpers import eventually
 
@@ -416,6 +417,6 @@ async def test_a_batch_with_a_stale_claim_after_the_current_one_finishes_the_cur
         "INSERT INTO aioqueue.jobs (task, status, attempts) VALUES ('t', 'running', 2) RETURNING id"
     )
     rest, expected = FINISHING[statement]
-    await db.fetch(sql, [job_id, job_id], [2, 1], *rest)
+    await db.fetch(sql, int_array([job_id, job_id]), int_array([2, 1]), *rest)
     row = await db.fetchrow("SELECT status, attempts, last_error FROM aioqueue.jobs WHERE id = $1", job_id)
     assert (None if row is None else tuple(row)) == expected

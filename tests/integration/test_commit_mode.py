@@ -16,7 +16,7 @@ CHANNELS = ("c", "d")
 
 def _calls(q: aioqueue.Queue, mode: str | None) -> dict[str, tuple[str, tuple[Any, ...]]]:
     s = q.database.queries
-    one, att = [1], [1]
+    one, att = "{1}", "{1}"  # claims go as array literals (see aioqueue._statements.int_array)
     return {
         "claim": (s.claim, (["default"], [10], "probe", 60.0, 10, mode)),
         "claim_unlimited": (s.claim_unlimited, (["default"], [10], "probe", 60.0, 10, mode)),

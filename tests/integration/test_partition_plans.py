@@ -15,6 +15,7 @@ import pytest
 
 from aioqueue import _keys as keys
 from aioqueue._queries import for_schema
+from aioqueue._statements import int_array
 from tests.support.plans import explain, explain_nested, indexes, nodes, scans
 
 Q = for_schema("aioqueue")
@@ -49,7 +50,7 @@ async def drain(db: asyncpg.Connection, jobs: int, batch: int = 500) -> None:
     while done < jobs:
         rows = await keyed_claim(db, batch)
         assert rows
-        await db.execute(Q.complete, [r["id"] for r in rows], [r["attempts"] for r in rows],
+        await db.execute(Q.complete, int_array([r["id"] for r in rows]), int_array([r["attempts"] for r in rows]),
                          [None] * len(rows), "plan-test", "plan-test", "off")
         done += len(rows)
 

@@ -16,14 +16,15 @@ import asyncpg
 import pytest
 
 from aioqueue._queries import for_schema
+from aioqueue._statements import int_array
 from tests.support.plans import explain, explain_generic, explain_nested, function_query, nodes, scans
 
 Q = for_schema("aioqueue")
 CLAIM_ARGS: tuple[Any, ...] = (["default"], [10], "plan-test", 300.0, 10)
 CLAIM_PARAMS = "text[], int[], text, float8, int"
 CLAIM_VALUES = "'{default}', '{10}', 'plan-test', 300, 10"
-COMPLETE_PARAMS = "bigint[], int[], text[], text, text, text"
-FAIL_PARAMS = "bigint[], int[], text[], float8[], bool[], " + "float8[], " * 4 + "text, text, text, text"
+COMPLETE_PARAMS = "text, text, text[], text, text, text"  # claims as array literals: see int_array
+FAIL_PARAMS = "text, text, text[], float8[], bool[], " + "float8[], " * 4 + "text, text, text, text"
 
 
 def assert_claim_reads_ready_index(plan: dict[str, Any]) -> None:
@@ -68,7 +69,7 @@ async def drain(db: asyncpg.Connection, batch: int = 500) -> int:
     """Claim and complete every ready job with the library's statements, as a fast worker does."""
     done = 0
     while rows := await db.fetch(Q.claim, ["default"], [batch], "plan-test", 300.0, batch, "off"):
-        await db.execute(Q.complete, [r["id"] for r in rows], [r["attempts"] for r in rows],
+        await db.execute(Q.complete, int_array([r["id"] for r in rows]), int_array([r["attempts"] for r in rows]),
                          [None] * len(rows), "plan-test", "plan-test", "off")
         done += len(rows)
     return done
@@ -143,12 +144,13 @@ async def test_finishing_writes_find_rows_by_primary_key_with_stale_statistics(
     await db.execute("ANALYZE aioqueue.jobs")
     ids, attempts = await claimed_ids(db, batch)
     assert len(ids) == batch
+    claims = int_array(ids), int_array(attempts)
     for sql, args in [
-        (Q.complete, (ids, attempts, [None] * batch, "plan-test", "plan-test", "off")),
-        (Q.extend_leases, (ids, attempts, 300.0)),
-        (Q.reschedule, (ids, attempts, [0.0] * batch, [None] * batch, "plan-test", "plan-test", "off")),
-        (Q.cancel_requests, (ids, attempts)),
-        (Q.finish_cancelled, (ids, attempts, "plan-test", "plan-test", "off")),
+        (Q.complete, (*claims, [None] * batch, "plan-test", "plan-test", "off")),
+        (Q.extend_leases, (*claims, 300.0)),
+        (Q.reschedule, (*claims, [0.0] * batch, [None] * batch, "plan-test", "plan-test", "off")),
+        (Q.cancel_requests, claims),
+        (Q.finish_cancelled, (*claims, "plan-test", "plan-test", "off")),
     ]:
         assert_found_by_primary_key(await explain(db, sql, *args))
     generic = await explain_generic(db, Q.complete, COMPLETE_PARAMS, "'{1,2}', '{1,1}', '{NULL,NULL}', 'c', 'c', 'off'")
@@ -165,13 +167,13 @@ def finishing_statements(ids: list[int], attempts: list[int]) -> list[tuple[str,
     backoff = ", ".join(each(v) for v in ("1.0", "2.0", "60.0", "0.1"))
     return [
         (Q.complete, COMPLETE_PARAMS, f"{claims}, {each('NULL')}, 'c', 'c', 'off'"),
-        (Q.extend_leases, "bigint[], int[], float8", f"{claims}, 300"),
+        (Q.extend_leases, "text, text, float8", f"{claims}, 300"),
         (Q.fail, FAIL_PARAMS,
          f"{claims}, {each('e')}, {each('NULL')}, {each('false')}, {backoff}, 'c', 'c', 'c', 'off'"),
-        (Q.reschedule, "bigint[], int[], float8[], text[], text, text, text",
+        (Q.reschedule, "text, text, float8[], text[], text, text, text",
          f"{claims}, {each('0')}, {each('NULL')}, 'c', 'c', 'off'"),
-        (Q.finish_cancelled, "bigint[], int[], text, text, text", f"{claims}, 'c', 'c', 'off'"),
-        (Q.cancel_requests, "bigint[], int[]", claims),
+        (Q.finish_cancelled, "text, text, text, text, text", f"{claims}, 'c', 'c', 'off'"),
+        (Q.cancel_requests, "text, text", claims),
     ]
 
 
@@ -236,7 +238,8 @@ async def test_a_large_complete_in_a_table_swollen_with_dead_rows_finds_rows_by_
     await db.execute("ANALYZE aioqueue.jobs")
     ids, attempts = await claimed_ids(db, 4000)
     assert len(ids) == 4000
-    plan = await explain(db, Q.complete, ids, attempts, [None] * 4000, "plan-test", "plan-test", "off")
+    claims = int_array(ids), int_array(attempts)
+    plan = await explain(db, Q.complete, *claims, [None] * 4000, "plan-test", "plan-test", "off")
     assert_found_by_primary_key(plan)
     # And the work is linear in the batch, in the custom plan and in the generic one a prepared
     # statement may switch to after a few executions: rows produced or filtered out by every
@@ -249,7 +252,7 @@ async def test_a_large_complete_in_a_table_swollen_with_dead_rows_finds_rows_by_
             assert written(sql, ran) == 4000, (mode, sql[:40])
 
     fail = await explain(
-        db, Q.fail, ids, attempts, ["e"] * 4000, [None] * 4000, [False] * 4000, [1.0] * 4000, [2.0] * 4000,
+        db, Q.fail, *claims, ["e"] * 4000, [None] * 4000, [False] * 4000, [1.0] * 4000, [2.0] * 4000,
         [60.0] * 4000, [0.1] * 4000, "c", "c", "c", "off",
     )
     assert_found_by_primary_key(fail)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from aioqueue._queries import for_schema
-from aioqueue._statements import Channels, NewJobs, Statements
+from aioqueue._statements import Channels, NewJobs, Statements, int_array
 
 #: Channels named apart, so that each bound channel tells which it is.
 CHANNELS = Channels(jobs="channel jobs", cancel="channel cancel", done="channel done", due="channel due",
@@ -29,6 +29,7 @@ ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "claim": (("claim", "claim_timed", "claim_unlimited"),
               ("queues", "wants", "worker", "lease", "limit", "commit_mode")),
     "extend_leases": (("extend_leases",), ("ids", "attempts", "lease")),
+    "cancel_requests": (("cancel_requests",), ("ids", "attempts")),
     "complete": (("complete",), ("ids", "attempts", "results", "channel.done", "channel.jobs", "commit_mode")),
     "fail": (("fail",), (
         "ids", "attempts", "errors", "delays", "dead", "base", "factor", "max_delay", "jitter",
@@ -48,6 +49,12 @@ ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "publish_events": (("publish_events",), ("stream", "keys", "payloads")),
     "link": (("add_dependencies",), ("ids", "deps", "names", "may_fail", "group")),
 }
+
+
+#: The methods whose claims, ``ids`` and ``attempts``, go as array literals in text (see
+#: ``int_array``): each is bound as the literal of the list given.
+AS_TEXT = {"extend_leases", "cancel_requests", "complete", "fail", "reschedule", "finish_cancelled", "suspend",
+           "write_progress"}
 
 
 def _placeholders(sql: str) -> set[int]:
@@ -89,6 +96,10 @@ def test_a_method_binds_each_placeholder_of_its_statement_once_in_order(name: st
         variants = [{"limited": limited, "timed": timed} for limited, timed in pairs]
     elif name == "enqueue_batch":
         variants = [{"keys": None}, {}]
+    if name in AS_TEXT:
+        variants = [{**v, "ids": [11, 12], "attempts": [21, 22]} for v in variants]
+    if name == "complete":
+        variants = [{**v, "results": ["31", None]} for v in variants]
     seen_sql = set()
     for overrides in variants:
         sql, args, markers = _bind(name, **overrides)
@@ -102,6 +113,8 @@ def test_a_method_binds_each_placeholder_of_its_statement_once_in_order(name: st
         for position, (value, what) in enumerate(zip(args, expected, strict=True), start=1):
             if what.startswith("channel."):
                 assert value == getattr(CHANNELS, what.removeprefix("channel.")), f"{statement} ${position}: {what}"
+            elif name in AS_TEXT and what in ("ids", "attempts"):
+                assert value == int_array(markers[what]), f"{statement} ${position} should be {what}"  # type: ignore[arg-type]
             else:
                 assert value is markers[what], f"{statement} ${position} should be {what}"
     assert seen_sql == set(statements)
@@ -114,3 +127,12 @@ def test_every_keyword_of_a_method_is_bound(name: str) -> None:
              for what in order if not what.startswith("channel.")}
     chooses = {"limited", "timed"}  # pick one of the method's statements instead of binding a value
     assert set(_keywords(getattr(STATEMENTS, name))) - chooses == bound
+
+
+def test_claims_go_as_array_literals_and_no_results_as_null() -> None:
+    assert int_array([]) == "{}"
+    assert int_array([1, 2**40, -3]) == "{1,1099511627776,-3}"
+    _, args = STATEMENTS.complete(ids=[1, 2], attempts=[1, 3], results=[None, None], commit_mode="off")
+    assert args[:3] == ("{1,2}", "{1,3}", None)  # every result None: one NULL, not an array of them
+    _, args = STATEMENTS.complete(ids=[1, 2], attempts=[1, 3], results=[None, "[1]"], commit_mode="off")
+    assert args[2] == [None, "[1]"]
