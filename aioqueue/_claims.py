@@ -16,7 +16,6 @@ capacity only read it.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Iterable, Sequence
 from typing import TypeAlias
 
@@ -40,8 +39,12 @@ class Claims:
         # The attempt held of each job: at most one, since a newer claim supersedes older ones.
         # It finds a superseded claim without a scan of every held claim per job.
         self._attempt_of: dict[int, int] = {}
-        self._active = 0
-        self._active_by_queue: collections.Counter[str] = collections.Counter()
+        self.active = 0
+        """Handlers claimed and not yet finished (an attribute, not a property: the runners
+        read it after every job)."""
+        # A plain dict, not a Counter: a Counter's item assignment goes through a Python-level
+        # slot (it defines __delitem__), about three times a dict's, twice per job.
+        self._active_by_queue: dict[str, int] = {}
         self.finished_total = 0
         """Handlers finished so far: the producer's measure of how fast jobs finish."""
         self.busy_total = 0.0
@@ -58,6 +61,7 @@ class Claims:
         """Hold ``jobs``, each taking a slot; return older claims of the same jobs still held here,
         whose leases these new claims prove lost (the job was reaped and claimed again)."""
         superseded: list[ClaimKey] = []
+        by_queue = self._active_by_queue
         for job in jobs:
             older = self._attempt_of.get(job.id)
             if older is not None and older < job.attempt:
@@ -65,8 +69,8 @@ class Claims:
                 superseded.append((job.id, older))
             self._held[(job.id, job.attempt)] = job.queue
             self._attempt_of[job.id] = job.attempt
-            self._active += 1
-            self._active_by_queue[job.queue] += 1
+            self.active += 1
+            by_queue[job.queue] = by_queue.get(job.queue, 0) + 1
         if jobs:
             self.idle.clear()
         return superseded
@@ -74,12 +78,12 @@ class Claims:
     def finished(self, job: Job, took: float = 0.0) -> None:
         """``job``'s handler is done after ``took`` seconds (its outcome may still be unwritten):
         free its slot."""
-        self._active -= 1
+        self.active -= 1
         self._active_by_queue[job.queue] -= 1
         self.finished_total += 1
         self.busy_total += took
         self.freed.set()
-        if not self._active:
+        if not self.active:
             self.idle.set()
 
     def release(self, claims: Iterable[ClaimKey]) -> None:
@@ -90,14 +94,9 @@ class Claims:
 
     # -- reading -------------------------------------------------------------------------------
 
-    @property
-    def active(self) -> int:
-        """Handlers claimed and not yet finished."""
-        return self._active
-
     def active_in(self, queue: str) -> int:
         """Handlers of ``queue`` claimed and not yet finished."""
-        return self._active_by_queue[queue]
+        return self._active_by_queue.get(queue, 0)
 
     def held(self) -> list[ClaimKey]:
         """Every claim held now (a copy)."""

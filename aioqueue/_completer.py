@@ -154,7 +154,8 @@ class Completer:
         b.done_ids.append(job.id)
         b.done_attempts.append(job.attempt)
         b.done_results.append(result)
-        self._arrived()
+        self._idle.clear()  # _arrived(), without the call: one success a job
+        self._ready.set()
 
     def failed(
         self, job: Job, error: str, retry: Backoff, *, delay: float | None = None, dead: bool = False

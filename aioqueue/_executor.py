@@ -12,7 +12,6 @@ attempt), so two attempts of one job are never confused. It never writes to the 
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import logging
 import time
@@ -75,7 +74,9 @@ class Executor:
         self.tasks = tasks
         self.middleware = middleware
         self.completer = completer
-        self.counts: collections.Counter[str] = collections.Counter()
+        # Outcomes and stored steps so far, by WorkerStats field. A plain dict, not a Counter
+        # (whose item assignment goes through a Python-level slot): one update per job.
+        self.counts: dict[str, int] = {"succeeded": 0}
         self.running: dict[ClaimKey, _Attempt] = {}
 
     def interrupt(self, claim: ClaimKey, reason: Interrupt) -> bool:
@@ -118,12 +119,14 @@ class Executor:
                 dead=True,
             )
             return None
-        problem = task.arguments_problem(job.args)  # jobs enqueued by name or by SQL: checked here
-        if problem is not None:
+        # Jobs enqueued by name or by SQL: checked here (fits() first, the common answer).
+        if not task.fits(job.args) and (problem := task.arguments_problem(job.args)) is not None:
             self._fail(job, "dead", f"TypeError: {problem}", task=task, dead=True)
             return None
         claim = (job.id, job.attempt)  # claim_of(job), without the call
-        attempt.begin(job, claim, time.perf_counter())
+        # The attempt begins: its record's fields set here rather than by a method (a call a job).
+        attempt.job, attempt.claim, attempt.started = job, claim, time.perf_counter()
+        attempt.interrupt, attempt.cancel_sent = None, False
         self.running[claim] = attempt
         # Not reset when the handler ends: only the runner's own code runs in its context
         # until the next job replaces it, and a reset would build the context's map once more.
@@ -152,7 +155,7 @@ class Executor:
         written = stored_by(job)  # durable steps, sleeps and waits this run stored
         if written:
             for kind, n in written.items():
-                self.counts[STORED_COUNTS[kind]] += n
+                self._count(STORED_COUNTS[kind], n)
         if error is None:
             self.counts["succeeded"] += 1
             if logger.isEnabledFor(logging.DEBUG):
@@ -172,15 +175,15 @@ class Executor:
             outcome = decide(job, error)
             if outcome == "interrupted" or attempt.cancel_sent:
                 # The worker itself is being cancelled: record the interruption, then unwind.
-                self.counts["interrupted"] += 1
+                self._count("interrupted")
                 self.completer.rescheduled(job, 0.0, f"Interrupted: {Interrupt.SHUTDOWN.value}")
                 raise error
             # Raised by the handler itself while nothing cancels this worker: a failed attempt.
             self._fail(job, outcome, describe_error(error), task=task, started=started)
         elif isinstance(error, Snooze):
-            self.counts["snoozed"] += 1
+            self._count("snoozed")
             if isinstance(error, Suspended):  # at a sleep or an event wait: due when it wakes
-                self.counts["suspended"] += 1
+                self._count("suspended")
                 self.completer.suspended(job)
             else:
                 self.completer.rescheduled(job, error.delay)
@@ -193,6 +196,9 @@ class Executor:
             self._fail(job, decide(job, error), f"TimeoutError: {error}", task=task, started=started)
         else:  # a handler's error, of any kind, must never stop the worker
             self._fail(job, decide(job, error), describe_error(error), task=task, started=started)
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + n
 
     async def _call(self, task: Task[Any, Any], job: Job) -> Any:
         """Call the handler under the task's timeout (the one place it is applied)."""
@@ -208,7 +214,7 @@ class Executor:
 
     def _interrupted(self, job: Job, reason: Interrupt, started: float) -> None:
         outcome = decide(job, None, reason)
-        self.counts[outcome] += 1
+        self._count(outcome)
         fields = _fields(job, time.perf_counter() - started, outcome)
         if reason is Interrupt.LEASE_LOST:
             # The job is no longer ours: any write would be fenced out. Just stop.
@@ -231,7 +237,7 @@ class Executor:
         dead: bool = False,
         started: float | None = None,
     ) -> None:
-        self.counts[outcome] += 1
+        self._count(outcome)
         error = storable_text(error) or "(no message)"
         self.completer.failed(job, error, task.retry if task is not None else Backoff(), delay=delay, dead=dead)
         duration = None if started is None else time.perf_counter() - started

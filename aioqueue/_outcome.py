@@ -58,13 +58,6 @@ class _Attempt:
     claim: tuple[int, int] = (0, 0)
     started: float = 0.0
 
-    def begin(self, job: Job, claim: tuple[int, int], started: float) -> None:
-        self.job = job
-        self.claim = claim
-        self.started = started
-        self.interrupt = None
-        self.cancel_sent = False
-
     def cancel(self, reason: Interrupt) -> None:
         if self.interrupt is None:
             self.interrupt = reason

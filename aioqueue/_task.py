@@ -157,6 +157,7 @@ class Task(_Enqueues[P, R]):
             None if any(p.kind is p.VAR_KEYWORD for p in params) else frozenset(signature.parameters)
         )
         self._required = frozenset(p.name for p in params if p.default is p.empty)
+        self._all_required = self._names is not None and self._required == self._names
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
 
@@ -190,16 +191,23 @@ class Task(_Enqueues[P, R]):
         their ids. ``keys``: one dedup key (or None) per item (see :meth:`Enqueuer.enqueue_many`)."""
         return await Enqueuer(self, self.defaults, writer(self.name, conn)).enqueue_many(items, keys=keys)
 
-    def _fits(self, kwargs: Mapping[str, Any]) -> bool:
+    def fits(self, kwargs: Mapping[str, Any]) -> bool:
         """Whether a keyword-only call with these arguments binds to the signature as they are:
         the checks bind() makes for one, without its cost (False when the function takes
-        ``**kwargs``: then bind() decides)."""
-        names, keys = self._names, kwargs.keys()
-        return names is not None and keys <= names and self._required <= keys
+        ``**kwargs``: then bind() decides). A worker asks it of every job it runs: with no
+        required argument, or none but required ones, it makes one object (an iterator) rather
+        than three (a keys view and two iterators)."""
+        names = self._names
+        if names is None or not names.issuperset(kwargs):
+            return False
+        required = self._required
+        if self._all_required:  # every name it takes is required, and it got only those
+            return len(kwargs) == len(required)
+        return not required or required <= kwargs.keys()
 
     def bind_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Check a call against the signature and return its arguments by name."""
-        if not args and self._fits(kwargs):
+        if not args and self.fits(kwargs):
             return dict(kwargs)
         check_argument_names(self.name, kwargs)
         try:
@@ -245,7 +253,7 @@ class Task(_Enqueues[P, R]):
     def arguments_problem(self, args: Mapping[str, Any]) -> str | None:
         """Why a stored job's arguments do not fit this task's signature (naming the task and the
         argument), or None when they do. For jobs enqueued by name, checked where the handler is."""
-        if self._fits(args):
+        if self.fits(args):
             return None  # every job a worker runs asks this: the common answer first
         if self._names is not None:
             unexpected = sorted(set(args) - self._names)
