@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 import itertools
 import json
+import operator
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -51,11 +52,6 @@ class Job:
         :func:`decode_claimed`)."""
         return decode_claimed(rows)
 
-
-# The slots' own setters, by field name (a renamed field fails here, at import).
-(_set_id, _set_queue, _set_task, _set_args, _set_priority, _set_attempt, _set_max_attempts, _set_run_at,
- _set_created_at, _set_headers) = (vars(Job)[name].__set__ for name in (
-    "id", "queue", "task", "args", "priority", "attempt", "max_attempts", "run_at", "created_at", "headers"))
 
 _MIN = datetime.datetime.min.replace(tzinfo=datetime.UTC)
 _MAX = datetime.datetime.max.replace(tzinfo=datetime.UTC)
@@ -98,26 +94,44 @@ for _field in ("run_at", "created_at"):
     setattr(Job, _field, _FromEpoch(vars(Job)[_field]))
 
 
+class _Unfrozen:
+    """A ``Job``'s slots without its freezing: a claimed job is built as one, its fields set by
+    plain attribute stores, then made a ``Job`` by assigning its class (the same slots, so the
+    same layout: Python allows it). A frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, and the slots' own setters cost as much (a call through a wrapper
+    each, about a microsecond for the ten): a visible share of a worker's own CPU per short job."""
+
+    __slots__ = Job.__slots__
+
+
 def _claimed_job(
     id: int, queue: str, task: str, args: dict[str, Any], priority: int, attempt: int, max_attempts: int,
-    run_at: float, created_at: float, headers: dict[str, str],
+    run_at: float, created_at: float, headers: dict[str, str] | None,
 ) -> Job:
-    """``Job(...)`` for a claimed row, built more cheaply: a frozen dataclass's ``__init__`` sets
-    each field through ``object.__setattr__``, a visible share of a worker's own CPU per short
-    job; setting the slots directly makes the same immutable object, its timestamps (epoch
-    seconds) left to be built when read (see :class:`_FromEpoch`)."""
-    job = object.__new__(Job)
-    _set_id(job, id)
-    _set_queue(job, queue)
-    _set_task(job, task)
-    _set_args(job, args)
-    _set_priority(job, priority)
-    _set_attempt(job, attempt)
-    _set_max_attempts(job, max_attempts)
-    _set_run_at(job, run_at)
-    _set_created_at(job, created_at)
-    _set_headers(job, headers)
-    return job
+    """``Job(...)`` for a claimed row, built more cheaply (see :class:`_Unfrozen`): the same
+    immutable object, its timestamps (epoch seconds) left to be built when read (see
+    :class:`_FromEpoch`)."""
+    job: Any = _Unfrozen()  # its slots are Job's: set by name, as Job() would
+    job.id = id
+    job.queue = queue
+    job.task = task
+    job.args = args
+    job.priority = priority
+    job.attempt = attempt
+    job.max_attempts = max_attempts
+    job.run_at = run_at
+    job.created_at = created_at
+    job.headers = headers or {}  # none stored: a dict of its own, as Job() would make
+    job.__class__ = Job
+    made: Job = job
+    return made
+
+
+# A field added to Job (and not here), or a layout Python no longer lets a class be swapped
+# for, fails here, at import, rather than in a worker's first claim.
+_probe = _claimed_job(0, "", "", {}, 0, 0, 0, 0.0, 0.0, None)
+if type(_probe) is not Job or not all(hasattr(_probe, name) for name in Job.__slots__):
+    raise RuntimeError("aioqueue._job: _claimed_job no longer builds a Job")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -140,22 +154,24 @@ def decode_claimed(rows: Sequence[asyncpg.Record]) -> tuple[list[Job], list[Unde
     Python's recursion limit, an int over its digit limit), each row is decoded on its own, so
     one bad row never takes its batch-mates with it.
     """
-    # Each job behind its sort key, (-priority, run_at in epoch seconds, id): ids are unique,
-    # so a job is never compared.
-    claimed: list[tuple[int, float, int, Job]]
     if rows and tuple(rows[0].keys()) == _CLAIM_COLUMNS:
+        # Claim order, in C: by run_at and id, then (a stable sort) by priority, highest first.
+        ordered = sorted(rows, key=_RUN_AT_AND_ID)
+        ordered.sort(key=_PRIORITY, reverse=True)
         try:
-            args = json.loads("[" + ",".join([row[3] for row in rows]) + "]")
+            args = json.loads("[" + ",".join(map(_ARGS, ordered)) + "]")
         except (ValueError, RecursionError):
             args = None
-        if args is not None and all(type(a) is dict for a in args):
-            pairs = zip(rows, args, strict=True)
-            claimed = sorted([
-                (-p, r, i, _claimed_job(i, q, t, a, p, n, m, r, c, a.pop(HEADERS_KEY, None) or {}))
-                for (i, q, t, _, p, n, m, r, c), a in pairs
-            ])
-            return [c[3] for c in claimed], []
-    claimed = []
+        if args is not None and {*map(type, args)} <= {dict}:
+            # Column by column, each job built by one call: no bytecodes of ours a job but its own.
+            ids, queues, tasks, _, priorities, attempts, most, run_ats, created_ats = zip(*ordered, strict=True)
+            headers = map(dict.pop, args, itertools.repeat(HEADERS_KEY), itertools.repeat(None))
+            return list(map(
+                _claimed_job, ids, queues, tasks, args, priorities, attempts, most, run_ats, created_ats, headers
+            )), []
+    # Each job behind its sort key, (-priority, run_at in epoch seconds, id): ids are unique,
+    # so a job is never compared.
+    claimed: list[tuple[int, float, int, Job]] = []
     bad: list[Undecodable] = []
     for row in rows:
         args = decode(row["args"])
@@ -168,7 +184,7 @@ def decode_claimed(rows: Sequence[asyncpg.Record]) -> tuple[list[Job], list[Unde
         else:
             claimed.append((-row["priority"], row["run_at"], row["id"], _claimed_job(
                 row["id"], row["queue"], row["task"], args, row["priority"], row["attempts"], row["max_attempts"],
-                row["run_at"], row["created_at"], args.pop(HEADERS_KEY, None) or {},
+                row["run_at"], row["created_at"], args.pop(HEADERS_KEY, None),
             )))
     claimed.sort()
     return [c[3] for c in claimed], bad
@@ -188,6 +204,9 @@ def shown_args(text: str) -> Any:
 
 
 _CLAIM_COLUMNS = ("id", "queue", "task", "args", "priority", "attempts", "max_attempts", "run_at", "created_at")
+_ARGS = operator.itemgetter(3)
+_PRIORITY = operator.itemgetter(4)
+_RUN_AT_AND_ID = operator.itemgetter(7, 0)
 
 _current: contextvars.ContextVar[Job] = contextvars.ContextVar("aioqueue_current_job")
 
