@@ -85,3 +85,40 @@ async def test_a_keyed_claim_takes_no_more_than_it_asks_for(q: aioqueue.Queue, d
     assert len(taken) == 10
     assert set(taken) == {"a", "b", "c"}
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status = 'running'") == 10
+
+
+async def test_a_claim_beside_another_starts_away_from_the_keys_it_holds(
+    q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
+) -> None:
+    """Under a per-key limit, a claim that runs while another claim of the queue is open starts
+    at a point drawn between the first and the last key (here: after a letter from a to z),
+    not from the cursor, where the first one holds every key it took: it takes keys of the far
+    end, none of the first one's, and the limit holds. Both claims of 0029 started from the
+    cursor, so the second took the keys right after the first one's."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", concurrency=1)
+    keys = [f"{p}-{i:02d}" for p in ("a", "z") for i in range(1, 10)]
+    for key in keys:
+        await work.options(partition_key=key).enqueue_many([{}] * 2)
+    other = await asyncpg.connect(dsn)
+    try:
+        async with other.transaction():
+            first = sorted(r["partition_key"] for r in await other.fetch(CLAIM, 3))
+            assert first == ["a-01", "a-02", "a-03"]
+            await db.execute("SELECT setseed(0.5)")  # the draw: a letter after 'a'
+            with anyio.fail_after(10):
+                second = sorted(r["partition_key"] for r in await db.fetch(CLAIM, 3))
+        assert second == ["z-01", "z-02", "z-03"]
+        # The cursor is the first claim's: the next claim, alone, goes on after a-03.
+        assert await db.fetchval("SELECT key_cursor FROM aioqueue.queues WHERE name = 'tenants'") == "a-03"
+        assert sorted(r["partition_key"] for r in await db.fetch(CLAIM, 2)) == ["a-04", "a-05"]
+    finally:
+        await other.close()
+    per_key = await db.fetchval(
+        "SELECT max(n) FROM (SELECT count(*) AS n FROM aioqueue.jobs WHERE status = 'running'"
+        " GROUP BY partition_key) AS r")
+    assert per_key == 1

@@ -21,7 +21,10 @@
 -- another claim holds is passed over, as SKIP LOCKED passes over a row), and the key's running
 -- jobs are counted in a statement that starts after the lock is held, so it sees what the
 -- claims that held it before took. Workers of releases before 0022 still lock the queue's row
--- first; they take turns among themselves and hold the per-key locks like the others. The
+-- first; they take turns among themselves and hold the per-key locks like the others. Under a
+-- per-key limit (of concurrency or rate), one claim at a time starts from the cursor and moves
+-- it; a claim that starts while it runs starts at a point of the circle drawn at random and
+-- leaves the cursor alone (following the first, it would find every key it passed locked). The
 -- cursor moves unless a concurrent claim holds the queue's row, which then moves it. A key-rate
 -- limited queue's starts and its next wake-up are recorded through note_key_starts().
 CREATE OR REPLACE FUNCTION {schema}.claim_keyed(
@@ -96,6 +99,16 @@ DECLARE
     -- the queue at hand, the key of each: the per-key limit counts them beside the running ones.
     picked      bigint[] := '{}';
     picked_keys text[] COLLATE "C" := '{}';
+    -- Whether no other claim of the queue is running (see below): only such a claim starts from the
+    -- cursor and moves it.
+    leader      boolean;
+    -- The first and last keys at the level, the first character at which they differ, and the
+    -- codes of theirs there: the range a start point is drawn from.
+    first_key   text COLLATE "C";
+    final_key   text COLLATE "C";
+    pos         int;
+    lo_code     int;
+    hi_code     int;
 BEGIN
     -- Local to the caller's transaction (a SET clause above would end with the function).
     PERFORM set_config('synchronous_commit', coalesce($6, current_setting('synchronous_commit')), true);
@@ -109,6 +122,13 @@ BEGIN
         SELECT s.key_concurrency_limit, s.key_cursor, s.key_rate_limit, s.key_rate_period
         INTO per_key, start_key, key_rate, key_period
         FROM {schema}.queues AS s WHERE s.name = q;
+        -- Claims that lock keys and run at once would all start from the cursor, and each would
+        -- probe every key the others had locked before it could lock one (1.5 such probes a job
+        -- with four workers at a limit of 1): one claim at a time, the one holding this lock
+        -- (tried without waiting, held to the end of its transaction), starts from the cursor;
+        -- the others start at a point drawn at random among the queue's keys (below).
+        leader := (per_key IS NULL AND key_rate IS NULL)
+                  OR pg_try_advisory_xact_lock(hashtext('{schema}.claim_keyed.leader'), hashtext(q));
         served := start_key;
         probes := 0;
         -- Keys passed over (at their limit, or with nothing ready) cost a probe each: enough
@@ -121,6 +141,32 @@ BEGIN
             WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q AND j.priority <= below
             ORDER BY j.priority DESC LIMIT 1;
             EXIT levels WHEN level IS NULL;
+            IF NOT leader AND below = 2147483647 THEN
+                -- Not the leader: start after a point between the first and the last key at the
+                -- top level, their common prefix and a character drawn between theirs that
+                -- follow it (two index probes; keys of one prefix and a varying tail, as tenant
+                -- or account names are, spread the claims across the circle). Keys that differ
+                -- only past their 64th character or in a character beyond ASCII keep the cursor.
+                first_key := (SELECT j.partition_key FROM {schema}.jobs AS j
+                              WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
+                                AND j.priority = level
+                              ORDER BY j.partition_key LIMIT 1);
+                final_key := (SELECT j.partition_key FROM {schema}.jobs AS j
+                              WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
+                                AND j.priority = level
+                              ORDER BY j.partition_key DESC LIMIT 1);
+                pos := 1;
+                WHILE pos <= 64 AND substr(first_key, pos, 1) = substr(final_key, pos, 1) LOOP
+                    pos := pos + 1;
+                END LOOP;
+                lo_code := greatest(1, ascii(substr(first_key, pos, 1)));  -- 0: the first key ends there
+                hi_code := ascii(substr(final_key, pos, 1));
+                IF pos <= 64 AND hi_code <= 127 AND hi_code > lo_code THEN
+                    start_key := substr(first_key, 1, pos - 1)
+                                 || chr(lo_code + floor(random() * (hi_code - lo_code + 1))::int);
+                    served := start_key;
+                END IF;
+            END IF;
             -- A circle: the keys after the cursor to the last, then (wrapped) the first ones up
             -- to the cursor, in passes of at most `want` keys, one statement each.
             lo := coalesce(start_key, '');
@@ -291,7 +337,8 @@ BEGIN
             want := want - (cardinality(picked) - before);
         END IF;
         budget := budget + want;
-        IF served IS DISTINCT FROM start_key THEN
+        IF leader AND served IS DISTINCT FROM start_key THEN
+            -- Only the leader moves it (the others' keys lie elsewhere on the circle).
             -- Unless a concurrent claim holds the row (it moves the cursor): waiting for it would
             -- make the claims of a queue take turns again. Nor back: a claim that started from
             -- the same cursor and went further round the circle (past the keys this one locked)

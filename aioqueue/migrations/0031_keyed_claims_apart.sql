@@ -1,0 +1,11 @@
+-- Keyed claims that run at once start apart: claim_keyed() as in 0029 (same arguments).
+--
+-- Under a per-key limit, every claim of the queue started from its cursor. Claims that ran at
+-- once (four workers) walked the same keys, and each probed every key another had locked before
+-- it found one it could lock: 1.5 such probes a job at a limit of 1, half the walk. Now the
+-- claim that holds a lock of the queue (tried without waiting, to the end of its transaction)
+-- starts from the cursor and moves it; one that starts while it runs starts after a point drawn
+-- at random between the queue's first and last key, and leaves the cursor alone.
+
+-- claim_keyed() changes: functions/claim_keyed.sql.
+-- functions: 8c2835a077887e137e7fd09f6e64343d15c588d26d362cb1dab0070ee67f5941
