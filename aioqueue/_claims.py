@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import operator
 from collections.abc import Callable, Collection, Sequence
 from typing import TypeAlias
@@ -55,6 +56,12 @@ class Claims:
         """Handlers finished so far: the producer's measure of how fast jobs finish."""
         self.busy_total = 0.0
         """Seconds the handlers finished so far took, in all: its measure of how long one takes."""
+        self.first_begun = math.inf
+        """When (``time.perf_counter``) the earliest handler finished since the last claim's jobs
+        were taken began (inf: none yet), and when the latest ended: the producer's measure of
+        the time that claim's jobs took to run, not counting waits for a busy event loop before
+        and after (see ``Prefetch.idle``)."""
+        self.last_ended = 0.0
         self.freed = Flag()
         """Raised whenever a handler finishes (a slot freed)."""
         self.idle = Flag()
@@ -69,6 +76,7 @@ class Claims:
         if not jobs:
             return []
         self.idle.clear()
+        self.first_begun = math.inf  # this claim's jobs' run starts
         attempt_of = self._attempt_of
         if not attempt_of.keys().isdisjoint(map(_id_of, jobs)):
             return self._take_each(jobs)  # a job held already under another attempt: one by one
@@ -97,9 +105,13 @@ class Claims:
             by_queue[job.queue] = by_queue.get(job.queue, 0) + 1
         return superseded
 
-    def finished(self, job: Job, took: float = 0.0) -> None:
-        """``job``'s handler is done after ``took`` seconds (its outcome may still be unwritten):
-        free its slot."""
+    def finished(self, job: Job, took: float = 0.0, begun: float = 0.0) -> None:
+        """``job``'s handler, begun at ``begun`` (0: it never began), is done after ``took``
+        seconds (its outcome may still be unwritten): free its slot."""
+        if begun:
+            self.last_ended = begun + took
+            if begun < self.first_begun:
+                self.first_begun = begun
         self.active -= 1
         self._active_by_queue[job.queue] -= 1
         self.finished_total += 1

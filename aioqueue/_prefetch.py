@@ -31,14 +31,14 @@ class Prefetch:
     burst would then be claimed in small batches for its first tens of milliseconds. So the
     buffer also starts small and grows fast, as TCP's window does: when every job of a claim
     that got all it asked for (so more are ready) is finished within a round trip of its
-    hand-over, and the handlers wait for the next claim, that claim may take as many as the
-    handlers would finish in ``MARGIN`` round trips at the pace they finished it: ``MARGIN``
-    times as many if they took the whole round trip, up to ``MARGIN`` squared times if they
-    took a quarter of it or less (no-op jobs reach the cap at their third claim rather than
-    their fifth). That floor fades with the rate's falling time constant unless the handlers
-    run dry again, and is dropped once a claim finds fewer jobs than it asked for. A job still
-    running, or jobs that took longer than that, keep it from growing: long jobs never fill a
-    buffer.
+    hand-over, or ran within one (see :meth:`idle`), and the handlers wait for the next claim,
+    that claim may take as many as the handlers would finish in ``MARGIN`` round trips at the
+    pace they finished it: ``MARGIN`` times as many if they took the whole round trip, up to
+    ``MARGIN`` squared times if they took a quarter of it or less (no-op jobs reach the cap at
+    their third claim rather than their fifth). That floor fades with the rate's falling time
+    constant unless the handlers run dry again, and is dropped once a claim finds fewer jobs
+    than it asked for. A job still running, or jobs that took longer than that, keep it from
+    growing: long jobs never fill a buffer.
     """
 
     DEFAULT = 1000
@@ -132,16 +132,27 @@ class Prefetch:
         if not full:
             self._floor = 0
 
-    def idle(self, now: float) -> None:
-        """No handler is running at ``now``. If every job of the last claim, a full one, was
-        done within a round trip of its hand-over (jobs quicker than a claim, with more
-        ready), let the next claim take what the handlers would finish in ``MARGIN`` round
-        trips at that pace: ``MARGIN`` to ``MARGIN`` squared times as many."""
+    def idle(self, now: float, ran: float = math.inf) -> None:
+        """No handler is running at ``now``; ``ran``: seconds from the start of the first
+        handler since the last claim's hand-over to the end of the last (negative: none ran).
+        If every job of the last claim, a full one, was done within a round trip of its
+        hand-over, or ran within one (jobs quicker than a claim, with more ready), let the
+        next claim take what the handlers would finish in ``MARGIN`` round trips at that pace:
+        ``MARGIN`` to ``MARGIN`` squared times as many.
+
+        The event loop can be busy with the worker's own start (its second connection's
+        connect took 3 to 8 ms on a loaded benchmark machine) before any handler runs and
+        before the producer sees them done; 10 no-op jobs then read as slower than a 2 ms
+        claim, and a burst stalled at claims of 10 for tens of milliseconds. The time the jobs
+        ran is still counted whole, however long they are or however much CPU they spend one
+        after another: long jobs never fill a buffer."""
         if self._full is None:
             return
         jobs, at = self._full
         self._full = None
         took = now - at
+        if 0.0 <= ran < took:
+            took = ran
         if took <= self.round_trip:
             growth = self.MARGIN * min(self.MARGIN, self.round_trip / max(took, 1e-9))
             self._floor = min(self.cap, max(self.floor(now), int(jobs * growth)))

@@ -234,7 +234,7 @@ class Runners:
                 # lease returns it if no outcome was recorded.
                 logger.exception("internal error while running job %d attempt %d", job.id, job.attempt)
             finally:
-                self._claims.finished(job, time.perf_counter() - begun if begun else 0.0)
+                self._claims.finished(job, time.perf_counter() - begun if begun else 0.0, begun)
             if not self._claims.active:
                 # No handler runs: no outcome comes until a claim hands over more, so the ones
                 # buffered need not wait to gather (the last of a burst, say).

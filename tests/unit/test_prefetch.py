@@ -3,6 +3,10 @@ database: the buffer follows the finishing rate times the claim round trip, with
 
 from __future__ import annotations
 
+import datetime
+
+import aioqueue
+from aioqueue._claims import Claims
 from aioqueue._prefetch import Prefetch
 
 
@@ -85,6 +89,39 @@ def test_jobs_slower_than_a_round_trip_never_grow_it() -> None:
     pace.handed_over(10, True, 101.0)
     pace.idle(101.0 + 0.002 * 1.5)  # a round trip and a half
     assert pace.target(101.1) == 0
+
+
+def test_a_claim_whose_jobs_ran_quickly_but_late_grows_it() -> None:
+    # The event loop, busy with the worker's start, ran the jobs 3 ms after their hand-over and
+    # saw them done later still: their 0.1 ms run, not those waits, sizes the next claim.
+    pace = Prefetch(cap=1000, slots=10)
+    pace.claimed(0.002)
+    pace.handed_over(10, True, 100.0)
+    pace.idle(100.005, 0.0001)
+    assert pace.target(100.005) == 160
+    # The run counts whole: jobs that ran longer than a round trip still never grow it.
+    slow = Prefetch(cap=1000, slots=10)
+    slow.claimed(0.002)
+    slow.handed_over(10, True, 100.0)
+    slow.idle(100.005, 0.003)
+    assert slow.target(100.005) == 0
+    slow.handed_over(10, True, 101.0)
+    slow.idle(101.005, -float("inf"))  # no handler ran (the producer's measure when none did)
+    assert slow.target(101.005) == 0
+
+
+def test_claims_measure_the_run_of_a_claims_jobs() -> None:
+    at = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    jobs = [aioqueue.Job(id=i, queue="default", task="t", args={}, priority=0, attempt=1,
+                         max_attempts=3, run_at=at, created_at=at) for i in range(3)]
+    claims = Claims()
+    claims.take(jobs[:1])
+    claims.finished(jobs[0], 0.5, 10.0)
+    claims.take(jobs[1:])  # a new claim: its own jobs' run
+    claims.finished(jobs[1], 0.002, 20.001)
+    claims.finished(jobs[2], 0.0)  # never began (given back): no part of the run
+    assert abs(claims.last_ended - claims.first_begun - 0.002) < 1e-9
+    assert not claims.active
 
 
 def test_only_a_full_claim_whose_jobs_are_all_done_grows_it_once() -> None:
