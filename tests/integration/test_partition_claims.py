@@ -9,6 +9,7 @@ import asyncpg
 
 import aioqueue
 from tests.support.helpers import eventually, running
+from tests.support.plans import explain_nested
 
 CLAIM = ("SELECT j.partition_key FROM aioqueue.claim_keyed(ARRAY['tenants'], ARRAY[$1::int], 'w', 30, $1::int, NULL)"
          " AS c JOIN aioqueue.jobs AS j ON j.id = c.id")
@@ -118,6 +119,36 @@ async def test_a_claim_beside_another_starts_away_from_the_keys_it_holds(
         assert sorted(r["partition_key"] for r in await db.fetch(CLAIM, 2)) == ["a-04", "a-05"]
     finally:
         await other.close()
+    per_key = await db.fetchval(
+        "SELECT max(n) FROM (SELECT count(*) AS n FROM aioqueue.jobs WHERE status = 'running'"
+        " GROUP BY partition_key) AS r")
+    assert per_key == 1
+
+
+async def test_a_claim_at_a_limit_of_one_checks_the_jobs_it_found_in_its_update(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    """Under a per-key limit of 1, a pass of the claim is its walk: the jobs it found are checked
+    (still pending, no job of their key running) in the one UPDATE that marks them running, a
+    claim's fixed cost. 0031 counted the keys' running jobs again and took their jobs in two
+    statements more per pass, and counted the keys served in two more."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", concurrency=1)
+    for key in ("a", "b", "c", "d"):
+        await work.options(partition_key=key).enqueue_many([{}] * 2)
+    await db.execute("UPDATE aioqueue.jobs SET status = 'running' WHERE id = "
+                     "(SELECT min(id) FROM aioqueue.jobs WHERE partition_key = 'b')")
+    ran = await explain_nested(db, CLAIM, 3)
+    texts = [str(p.get("Query Text", "")) for p in ran]
+    # The claim's own statement, and inside the function: the commit mode, the queue's settings,
+    # the level, the walk, the cursor and the UPDATE (0031: 11).
+    assert len(ran) <= 7, texts
+    async with db.transaction():
+        assert sorted(r["partition_key"] for r in await db.fetch(CLAIM, 3)) == ["a", "c", "d"]
     per_key = await db.fetchval(
         "SELECT max(n) FROM (SELECT count(*) AS n FROM aioqueue.jobs WHERE status = 'running'"
         " GROUP BY partition_key) AS r")

@@ -20,7 +20,10 @@
 -- only under a transaction-level advisory lock on (queue, key), tried without waiting (a key
 -- another claim holds is passed over, as SKIP LOCKED passes over a row), and the key's running
 -- jobs are counted in a statement that starts after the lock is held, so it sees what the
--- claims that held it before took. Workers of releases before 0022 still lock the queue's row
+-- claims that held it before took (under a limit of 1 without a key rate: the one statement at
+-- the end that marks the claim's jobs running, which takes a key's job only if none of the
+-- key's is running; a pass is then its walk alone, a claim's fixed cost a few statements
+-- fewer). Workers of releases before 0022 still lock the queue's row
 -- first; they take turns among themselves and hold the per-key locks like the others. Under a
 -- per-key limit (of concurrency or rate), one claim at a time starts from the cursor and moves
 -- it; a claim that starts while it runs starts at a point of the circle drawn at random and
@@ -98,6 +101,9 @@ DECLARE
     -- The jobs this call takes (locked, still pending until the one UPDATE at the end) and, in
     -- the queue at hand, the key of each: the per-key limit counts them beside the running ones.
     picked      bigint[] := '{}';
+    -- Under a per-key limit of 1 (and no key rate), the jobs the walk found for the keys it
+    -- locked, taken at the end if still pending and their key still idle (see below).
+    found       bigint[] := '{}';
     picked_keys text[] COLLATE "C" := '{}';
     -- Whether no other claim of the queue is running (see below): only such a claim starts from the
     -- cursor and moves it.
@@ -147,14 +153,15 @@ BEGIN
                 -- follow it (two index probes; keys of one prefix and a varying tail, as tenant
                 -- or account names are, spread the claims across the circle). Keys that differ
                 -- only past their 64th character or in a character beyond ASCII keep the cursor.
-                first_key := (SELECT j.partition_key FROM {schema}.jobs AS j
-                              WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
-                                AND j.priority = level
-                              ORDER BY j.partition_key LIMIT 1);
-                final_key := (SELECT j.partition_key FROM {schema}.jobs AS j
-                              WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
-                                AND j.priority = level
-                              ORDER BY j.partition_key DESC LIMIT 1);
+                SELECT (SELECT j.partition_key FROM {schema}.jobs AS j
+                        WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
+                          AND j.priority = level
+                        ORDER BY j.partition_key LIMIT 1),
+                       (SELECT j.partition_key FROM {schema}.jobs AS j
+                        WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
+                          AND j.priority = level
+                        ORDER BY j.partition_key DESC LIMIT 1)
+                INTO first_key, final_key;  -- one statement: a claim's fixed cost
                 pos := 1;
                 WHILE pos <= 64 AND substr(first_key, pos, 1) = substr(final_key, pos, 1) LOOP
                     pos := pos + 1;
@@ -228,66 +235,85 @@ BEGIN
                 walked := cardinality(walk_keys);
                 last_key := walk_keys[walked];
                 pass_seen := CASE WHEN key_rate IS NOT NULL THEN walk_keys END;
-                -- Each key's turn: as many jobs as the turn and its limit allow. A statement of its
-                -- own, after the walk, so its snapshot is taken after the keys were locked: it
-                -- sees every job that the claims that held them before took (a lock is released
-                -- only once its transaction is visible as committed), and counts them.
-                SELECT coalesce(array_agg(greatest(0, least(
-                           per_turn,
-                           CASE WHEN per_key IS NOT NULL THEN per_key - (
-                               SELECT count(*) FROM (
-                                   SELECT FROM {schema}.jobs AS r
-                                   WHERE r.status = 'running' AND r.partition_key = k.k AND r.queue = q
-                                   LIMIT per_key) AS r
-                           ) - coalesce(array_length(array_positions(picked_keys, k.k), 1), 0) END,
-                           CASE WHEN key_rate IS NOT NULL THEN key_rate - (
-                               SELECT count(*) FROM {schema}.key_starts AS r
-                               WHERE r.queue = q AND r.partition_key = k.k
-                                 AND r.started_at > {schema}.now() - make_interval(secs => key_period)
-                           ) - coalesce(array_length(array_positions(picked_keys, k.k), 1), 0) END)) ORDER BY k.o), '{}')
-                INTO cand_room
-                FROM unnest(cand_keys) WITH ORDINALITY AS k(k, o);
-                -- The turns, the key's oldest ready jobs, stopping at what the claim wants. Under a
-                -- per-key limit of 1, in the first circle, a turn is the job the walk found, taken
-                -- by primary key if it is still pending: a claim that took it since filled the
-                -- key's one slot (one that holds it now holds the key's lock, which this claim
-                -- then could not have taken).
-                IF circle = 1 AND per_key = 1 THEN
-                    SELECT coalesce(array_agg(t.id), '{}'), coalesce(array_agg(t.k), '{}')
-                    INTO pass_ids, pass_keys
-                    FROM (SELECT k.k, c.id
-                          FROM unnest(cand_keys, cand_ids, cand_room) AS k(k, first_id, room)
-                          CROSS JOIN LATERAL (
-                              SELECT c.id FROM {schema}.jobs AS c
-                              WHERE c.id = k.first_id AND c.status = 'pending' AND c.run_at <= {schema}.now()
-                              LIMIT k.room
-                              FOR UPDATE SKIP LOCKED) AS c
-                          LIMIT want) AS t;
+                IF circle = 1 AND per_key = 1 AND key_rate IS NULL THEN
+                    -- Under a per-key limit of 1, a turn is the job the walk found for a key it
+                    -- locked: no recount and no take per pass. They are checked once, at the
+                    -- end of the claim, in a statement that starts after every lock was held:
+                    -- still pending and due, and no job of the key running (one claim holds a
+                    -- key's lock at a time, and sees what the claims that held it before took).
+                    -- A key whose job another claim started since is then passed over, as the
+                    -- recount would have.
+                    pass_ids := cand_ids[1:want];
+                    pass_keys := cand_keys[1:want];
+                    found := found || pass_ids;
                 ELSE
-                    SELECT coalesce(array_agg(t.id), '{}'), coalesce(array_agg(t.k), '{}')
-                    INTO pass_ids, pass_keys
-                    FROM (SELECT k.k, c.id
-                          FROM unnest(cand_keys, cand_room) AS k(k, room)
-                          CROSS JOIN LATERAL (
-                              SELECT c.id FROM {schema}.jobs AS c
-                              -- The key as a range of one, in the keyed index's order: an order no
-                              -- other index gives without a sort, whatever the statistics say (an
-                              -- equality would drop the key from the order, and statistics of few
-                              -- keys make one key look like the whole queue).
-                              WHERE c.status = 'pending' AND c.partition_key >= k.k AND c.partition_key <= k.k
-                                AND c.queue = q AND c.priority = level AND c.run_at <= {schema}.now()
-                                AND c.id <> ALL (picked)
-                              ORDER BY c.partition_key, c.run_at, c.id
-                              LIMIT k.room
-                              FOR UPDATE SKIP LOCKED) AS c
-                          LIMIT want) AS t;
+                    -- Each key's turn: as many jobs as the turn and its limit allow. A statement of its
+                    -- own, after the walk, so its snapshot is taken after the keys were locked: it
+                    -- sees every job that the claims that held them before took (a lock is released
+                    -- only once its transaction is visible as committed), and counts them.
+                    SELECT coalesce(array_agg(greatest(0, least(
+                               per_turn,
+                               CASE WHEN per_key IS NOT NULL THEN per_key - (
+                                   SELECT count(*) FROM (
+                                       SELECT FROM {schema}.jobs AS r
+                                       WHERE r.status = 'running' AND r.partition_key = k.k AND r.queue = q
+                                       LIMIT per_key) AS r
+                               ) - coalesce(array_length(array_positions(picked_keys, k.k), 1), 0) END,
+                               CASE WHEN key_rate IS NOT NULL THEN key_rate - (
+                                   SELECT count(*) FROM {schema}.key_starts AS r
+                                   WHERE r.queue = q AND r.partition_key = k.k
+                                     AND r.started_at > {schema}.now() - make_interval(secs => key_period)
+                               ) - coalesce(array_length(array_positions(picked_keys, k.k), 1), 0) END))
+                           ORDER BY k.o), '{}')
+                    INTO cand_room
+                    FROM unnest(cand_keys) WITH ORDINALITY AS k(k, o);
+                    -- The turns, the key's oldest ready jobs, stopping at what the claim wants. Under a
+                    -- per-key limit of 1, in the first circle, a turn is the job the walk found, taken
+                    -- by primary key if it is still pending: a claim that took it since filled the
+                    -- key's one slot (one that holds it now holds the key's lock, which this claim
+                    -- then could not have taken).
+                    IF circle = 1 AND per_key = 1 THEN
+                        SELECT coalesce(array_agg(t.id), '{}'), coalesce(array_agg(t.k), '{}')
+                        INTO pass_ids, pass_keys
+                        FROM (SELECT k.k, c.id
+                              FROM unnest(cand_keys, cand_ids, cand_room) AS k(k, first_id, room)
+                              CROSS JOIN LATERAL (
+                                  SELECT c.id FROM {schema}.jobs AS c
+                                  WHERE c.id = k.first_id AND c.status = 'pending' AND c.run_at <= {schema}.now()
+                                  LIMIT k.room
+                                  FOR UPDATE SKIP LOCKED) AS c
+                              LIMIT want) AS t;
+                    ELSE
+                        SELECT coalesce(array_agg(t.id), '{}'), coalesce(array_agg(t.k), '{}')
+                        INTO pass_ids, pass_keys
+                        FROM (SELECT k.k, c.id
+                              FROM unnest(cand_keys, cand_room) AS k(k, room)
+                              CROSS JOIN LATERAL (
+                                  SELECT c.id FROM {schema}.jobs AS c
+                                  -- The key as a range of one, in the keyed index's order: an order no
+                                  -- other index gives without a sort, whatever the statistics say (an
+                                  -- equality would drop the key from the order, and statistics of few
+                                  -- keys make one key look like the whole queue).
+                                  WHERE c.status = 'pending' AND c.partition_key >= k.k AND c.partition_key <= k.k
+                                    AND c.queue = q AND c.priority = level AND c.run_at <= {schema}.now()
+                                    AND c.id <> ALL (picked)
+                                  ORDER BY c.partition_key, c.run_at, c.id
+                                  LIMIT k.room
+                                  FOR UPDATE SKIP LOCKED) AS c
+                              LIMIT want) AS t;
+                    END IF;
                 END IF;
                 probes := probes + walked + 1;
                 seen_keys := seen_keys || coalesce(pass_seen, '{}');
-                picked := picked || pass_ids;
+                picked := picked || CASE WHEN circle = 1 AND per_key = 1 AND key_rate IS NULL
+                                         THEN '{}' ELSE pass_ids END;
                 picked_keys := picked_keys || pass_keys;
                 want := want - cardinality(pass_ids);
-                IF cardinality(pass_ids) > 0 THEN
+                IF cardinality(pass_ids) > 0 AND circle = 1 AND per_key = 1 AND key_rate IS NULL THEN
+                    -- Keys of the walk, in its order, a job each: no statement to count them.
+                    served := pass_keys[cardinality(pass_keys)];
+                    circle_keys := circle_keys + cardinality(pass_keys);
+                ELSIF cardinality(pass_ids) > 0 THEN
                     served := (SELECT max(x) FROM unnest(pass_keys) AS x);
                     circle_keys := circle_keys + (SELECT count(DISTINCT x) FROM unnest(pass_keys) AS x);
                 END IF;
@@ -360,7 +386,21 @@ BEGIN
         locked_at = {schema}.now(),
         locked_by = $3,
         lease_expires_at = {schema}.now() + make_interval(secs => $4)
-    WHERE j.id = ANY (picked)
+    -- And the jobs the walk found under a per-key limit of 1, if still pending and due and no
+    -- job of their key is running: this statement starts after every key's lock was held.
+    -- Each by primary key (as one = ANY, statistics of an emptied table make the ready index
+    -- look cheaper), its key probed once (as a NOT EXISTS, the planner would read every running
+    -- job of the table, in an anti-join).
+    WHERE j.id = ANY (picked || ARRAY(
+        SELECT c.id FROM unnest(found) AS f(id)
+        CROSS JOIN LATERAL (
+            SELECT c.id FROM {schema}.jobs AS c
+            WHERE c.id = f.id AND c.status = 'pending' AND c.run_at <= {schema}.now()
+              AND (SELECT count(*) FROM (
+                       SELECT FROM {schema}.jobs AS r
+                       WHERE r.status = 'running' AND r.partition_key = c.partition_key AND r.queue = c.queue
+                       LIMIT 1) AS r) = 0
+            FOR UPDATE SKIP LOCKED) AS c))
     RETURNING j.id, j.queue, j.task, j.args::text, j.priority, j.attempts, j.max_attempts,
               j.run_at, j.created_at;
 END

@@ -1,0 +1,11 @@
+-- A keyed claim at a per-key limit of 1 checks its jobs once: claim_keyed() as in 0031 (same
+-- arguments).
+--
+-- Under a per-key limit of 1 (and no key rate), each pass of the walk ran two statements more:
+-- a recount of the running jobs of each key it had locked, and a take of each key's job by
+-- primary key. Now the jobs the walk found for the keys it locked are checked once, at the end
+-- of the claim, in one statement that starts after every lock was held: still pending and due,
+-- and no job of their key running. Locks and the rule are unchanged.
+
+-- claim_keyed() changes: functions/claim_keyed.sql.
+-- functions: 8594789565acdfa281143ebb06d71776f22904d087e506efdeb36c2f12ea4c1d
