@@ -137,8 +137,7 @@ class Queue(Operations, Publishing, Workflows):
         return self.database.pool
 
     async def open(self) -> Queue:
-        """Open a pool for the running event loop if this queue owns its pools, its connection
-        made ready for a worker's first statements (see the performance page); idempotent."""
+        """Open a pool for the running event loop if this queue owns its pools; idempotent."""
         await self.database.open()
         return self
 

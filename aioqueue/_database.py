@@ -39,7 +39,6 @@ from ._job import Connection
 from ._loop_pools import LoopPool, dispose, gone, home_loop, running_loop
 from ._queries import Queries, validate_schema
 from ._statements import Channels, Statements
-from ._warm import warm_up
 
 _SCHEMA_ERRORS = (
     asyncpg.UndefinedTableError,
@@ -200,8 +199,6 @@ class Database:
                 ) from exc
             state.keeper = self._close_with_loop(loop, state)
             await state.keeper.asend(None)
-            if not self.pooler:  # behind a pooler the next statement may reach another session
-                await warm_up(state.pool, self.statements)
 
     async def _close_with_loop(self, loop: asyncio.AbstractEventLoop, state: LoopPool) -> AsyncGenerator[None, None]:
         """Wait for the end of ``loop`` (or :meth:`close`), then close its pool, so that no
