@@ -155,8 +155,11 @@ def decode_claimed(rows: Sequence[asyncpg.Record]) -> tuple[list[Job], list[Unde
     one bad row never takes its batch-mates with it.
     """
     if rows and tuple(rows[0].keys()) == _CLAIM_COLUMNS:
-        # Claim order, in C: by run_at and id, then (a stable sort) by priority, highest first.
-        ordered = sorted(rows, key=_RUN_AT_AND_ID)
+        # Claim order, in C, by stable sorts on one column each: by id, then run_at, then
+        # priority, highest first. A key of two columns would be a tuple a row, all alive at
+        # once: a young collection or more a claim, in a collector that counts allocations.
+        ordered = sorted(rows, key=_ID)
+        ordered.sort(key=_RUN_AT)
         ordered.sort(key=_PRIORITY, reverse=True)
         try:
             args = json.loads("[" + ",".join(map(_ARGS, ordered)) + "]")
@@ -164,7 +167,11 @@ def decode_claimed(rows: Sequence[asyncpg.Record]) -> tuple[list[Job], list[Unde
             args = None
         if args is not None and {*map(type, args)} <= {dict}:
             # Column by column, each job built by one call: no bytecodes of ours a job but its own.
-            ids, queues, tasks, _, priorities, attempts, most, run_ats, created_ats = zip(*ordered, strict=True)
+            # A column is read through its own getter rather than by zip(*rows): that would make
+            # an iterator of every row at once, a thousand tracked objects the collector counts.
+            ids, queues, tasks, priorities, attempts, most, run_ats, created_ats = (
+                map(column, ordered) for column in _COLUMNS_BUT_ARGS
+            )
             headers = map(dict.pop, args, itertools.repeat(HEADERS_KEY), itertools.repeat(None))
             return list(map(
                 _claimed_job, ids, queues, tasks, args, priorities, attempts, most, run_ats, created_ats, headers
@@ -204,9 +211,11 @@ def shown_args(text: str) -> Any:
 
 
 _CLAIM_COLUMNS = ("id", "queue", "task", "args", "priority", "attempts", "max_attempts", "run_at", "created_at")
+_ID = operator.itemgetter(0)
 _ARGS = operator.itemgetter(3)
 _PRIORITY = operator.itemgetter(4)
-_RUN_AT_AND_ID = operator.itemgetter(7, 0)
+_RUN_AT = operator.itemgetter(7)
+_COLUMNS_BUT_ARGS = tuple(operator.itemgetter(i) for i in (0, 1, 2, 4, 5, 6, 7, 8))
 
 _current: contextvars.ContextVar[Job] = contextvars.ContextVar("aioqueue_current_job")
 
