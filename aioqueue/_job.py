@@ -11,7 +11,6 @@ import dataclasses
 import datetime
 import itertools
 import json
-import operator
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -145,56 +144,60 @@ class Undecodable:
 
 
 def decode_claimed(rows: Sequence[asyncpg.Record]) -> tuple[list[Job], list[Undecodable]]:
-    """Build the jobs of one claim, and set apart the rows whose arguments cannot be decoded.
+    """Build the jobs of rows with the claim's columns (``claimed_columns`` of queries.sql, read
+    by name), as :func:`decode_claim` does."""
+    return decode_claim([[row[name] for row in rows] for name in _CLAIM_COLUMNS])
 
-    The jobs come in claim order (priority, then run_at, then id): ``UPDATE ... RETURNING``
-    gives rows in no particular order. Rows with the claim's columns in order are unpacked by
-    position and their arguments (jsonb as text, so valid JSON) parsed as one JSON array:
-    cheaper per job than a lookup by name and a json.loads per row. If that fails (nesting past
-    Python's recursion limit, an int over its digit limit), each row is decoded on its own, so
-    one bad row never takes its batch-mates with it.
+
+def decode_claim(columns: Sequence[Any]) -> tuple[list[Job], list[Undecodable]]:
+    """Build the jobs of one claim from its columns (the first nine of ``claimed_arrays`` of
+    queries.sql, a worker's claim as one row: each column an array over the jobs, NULL if
+    none), in claim order, and set apart those whose arguments cannot be decoded.
+
+    Claim order is priority, then run_at, then id (the arrays come in no particular order).
+    The arguments (jsonb as text, so valid JSON) are parsed as one JSON array: cheaper per job
+    than a json.loads each. If that fails (nesting past Python's recursion limit, an int over
+    its digit limit), each job's are decoded on its own, so one bad job never takes its
+    batch-mates with it.
     """
-    if rows and tuple(rows[0].keys()) == _CLAIM_COLUMNS:
-        # Claim order, in C, by stable sorts on one column each: by id, then run_at, then
-        # priority, highest first. A key of two columns would be a tuple a row, all alive at
-        # once: a young collection or more a claim, in a collector that counts allocations.
-        ordered = sorted(rows, key=_ID)
-        ordered.sort(key=_RUN_AT)
-        ordered.sort(key=_PRIORITY, reverse=True)
-        try:
-            args = json.loads("[" + ",".join(map(_ARGS, ordered)) + "]")
-        except (ValueError, RecursionError):
-            args = None
-        if args is not None and {*map(type, args)} <= {dict}:
-            # Column by column, each job built by one call: no bytecodes of ours a job but its own.
-            # A column is read through its own getter rather than by zip(*rows): that would make
-            # an iterator of every row at once, a thousand tracked objects the collector counts.
-            ids, queues, tasks, priorities, attempts, most, run_ats, created_ats = (
-                map(column, ordered) for column in _COLUMNS_BUT_ARGS
-            )
-            headers = map(dict.pop, args, itertools.repeat(HEADERS_KEY), itertools.repeat(None))
-            return list(map(
-                _claimed_job, ids, queues, tasks, args, priorities, attempts, most, run_ats, created_ats, headers
-            )), []
-    # Each job behind its sort key, (-priority, run_at in epoch seconds, id): ids are unique,
-    # so a job is never compared.
-    claimed: list[tuple[int, float, int, Job]] = []
+    ids, queues, tasks, texts, priorities, attempts, most, run_ats, created_ats = map(columns.__getitem__, range(9))
+    if not ids:
+        return [], []
+    # Positions in claim order, in C, by stable sorts on one column each: a key of two columns
+    # would be a tuple a job, thousands at once that the collector counts.
+    order = sorted(range(len(ids)), key=ids.__getitem__)
+    order.sort(key=run_ats.__getitem__)
+    order.sort(key=priorities.__getitem__, reverse=True)
+    try:
+        args = json.loads("[" + ",".join(map(texts.__getitem__, order)) + "]")
+    except (ValueError, RecursionError):
+        args = None
+    if args is not None and {*map(type, args)} <= {dict}:
+        # Column by column, each job built by one call: no bytecodes of ours a job but its own.
+        in_order = (map(c.__getitem__, order) for c in (ids, queues, tasks, priorities, attempts, most, run_ats,
+                                                         created_ats))
+        o_ids, o_queues, o_tasks, o_priorities, o_attempts, o_most, o_run_ats, o_created_ats = in_order
+        headers = map(dict.pop, args, itertools.repeat(HEADERS_KEY), itertools.repeat(None))
+        return list(map(
+            _claimed_job, o_ids, o_queues, o_tasks, args, o_priorities, o_attempts, o_most, o_run_ats, o_created_ats,
+            headers,
+        )), []
+    jobs: list[Job] = []
     bad: list[Undecodable] = []
-    for row in rows:
-        args = decode(row["args"])
-        if isinstance(args, UndecodableValue):
-            bad.append(Undecodable(row["id"], row["attempts"], args.error))
-        elif type(args) is not dict:
-            kind = type(args).__name__
+    for i in order:
+        job_args = decode(texts[i])
+        if isinstance(job_args, UndecodableValue):
+            bad.append(Undecodable(ids[i], attempts[i], job_args.error))
+        elif type(job_args) is not dict:
+            kind = type(job_args).__name__
             error = f"TypeError: the stored arguments are a JSON {kind}, not an object of keyword arguments"
-            bad.append(Undecodable(row["id"], row["attempts"], error))
+            bad.append(Undecodable(ids[i], attempts[i], error))
         else:
-            claimed.append((-row["priority"], row["run_at"], row["id"], _claimed_job(
-                row["id"], row["queue"], row["task"], args, row["priority"], row["attempts"], row["max_attempts"],
-                row["run_at"], row["created_at"], args.pop(HEADERS_KEY, None),
-            )))
-    claimed.sort()
-    return [c[3] for c in claimed], bad
+            jobs.append(_claimed_job(
+                ids[i], queues[i], tasks[i], job_args, priorities[i], attempts[i], most[i], run_ats[i],
+                created_ats[i], job_args.pop(HEADERS_KEY, None),
+            ))
+    return jobs, bad
 
 
 HEADERS_KEY = "__aioqueue_headers__"
@@ -211,11 +214,6 @@ def shown_args(text: str) -> Any:
 
 
 _CLAIM_COLUMNS = ("id", "queue", "task", "args", "priority", "attempts", "max_attempts", "run_at", "created_at")
-_ID = operator.itemgetter(0)
-_ARGS = operator.itemgetter(3)
-_PRIORITY = operator.itemgetter(4)
-_RUN_AT = operator.itemgetter(7)
-_COLUMNS_BUT_ARGS = tuple(operator.itemgetter(i) for i in (0, 1, 2, 4, 5, 6, 7, 8))
 
 _current: contextvars.ContextVar[Job] = contextvars.ContextVar("aioqueue_current_job")
 

@@ -25,7 +25,7 @@ import anyio
 
 from ._claims import ClaimKey, Claims
 from ._completer import Completer
-from ._job import Connection, Job, Undecodable, decode_claimed, from_epoch
+from ._job import Connection, Job, Undecodable, decode_claim, from_epoch
 from ._prefetch import Prefetch
 from ._wakeups import Wakeups
 
@@ -293,11 +293,12 @@ class Producer:
                     if self.locked:
                         async with conn.transaction():
                             await conn.execute(q.lock_queues, self.locked)
-                            rows = await conn.fetch(b.sql, *b.args)
+                            row = await conn.fetchrow(b.sql, *b.args)
                     else:
-                        rows = await conn.fetch(b.sql, *b.args)
-                    self._claimed_at = _claim_time(rows)
-                    jobs, bad = decode_claimed(rows)  # in claim order
+                        row = await conn.fetchrow(b.sql, *b.args)
+                    assert row is not None  # an aggregate: one row, claimed or not
+                    self._claimed_at = from_epoch(row["claimed_at"])
+                    jobs, bad = decode_claim(row)  # in claim order
                     self.claimed += len(jobs)
                     if bad:
                         await self._bury(conn, bad)
@@ -381,13 +382,3 @@ class Producer:
     def _pool_has_room(self) -> bool:
         """Whether the pool can lend another connection without waiting (so no one waits)."""
         return (pool := self.db.pool).get_idle_size() > 0 or pool.get_size() < pool.get_max_size()
-
-
-def _claim_time(rows: list[asyncpg.Record]) -> datetime.datetime | None:
-    """Take out of a claim's rows the one that tells its database time (a NULL id, the
-    time in ``run_at`` as epoch seconds, after the jobs: see ``claim_timed``) and return that
-    time."""
-    for i in range(len(rows) - 1, -1, -1):
-        if rows[i]["id"] is None:
-            return from_epoch(rows.pop(i)["run_at"])
-    return None

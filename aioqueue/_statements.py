@@ -74,8 +74,9 @@ class Statements:
         """Claim up to ``wants[i]`` jobs of ``queues[i]``, ``limit`` in all, for ``worker`` under a
         lease of ``lease`` seconds; ``limited``: some of the queues have a global limit (the
         caller has locked their settings rows) or per-key settings, else the cheaper
-        ``claim_unlimited``. ``timed``: after the jobs, a row with a NULL id and the claim's
-        database time in ``run_at`` (``claim_timed``, ``claim_unlimited_timed``)."""
+        ``claim_unlimited``. ``timed``: the worker's claim, one row of the jobs' columns as arrays
+        and the claim's database time in ``claimed_at`` (``claim_timed``,
+        ``claim_unlimited_timed``: see ``decode_claim``)."""
         q = self.queries
         if limited:
             sql = q.claim_timed if timed else q.claim

@@ -174,14 +174,11 @@ LEAST(CASE $4::timestamptz WHEN '-infinity' THEN '0001-01-01 00:00:00+00'
 SELECT {claimed_columns(c)} FROM claimed AS c;
 
 -- name: claim_timed
--- The claim of a worker (arguments as in claim), and after its jobs one row with a NULL id and
--- the claim's database time in run_at (as claimed_columns gives it): what next_wakeup compares
--- due times and key-rate wake-ups against (exactly: the claim's now() is the time its
--- transaction started).
+-- The claim of a worker (arguments as in claim) as one row (claimed_arrays): its jobs' columns
+-- as arrays, and the claim's database time in claimed_at: what next_wakeup compares due times
+-- and key-rate wake-ups against (exactly: the claim's now() is the time its transaction started).
 {limited_claim}
-SELECT {claimed_columns(c)} FROM claimed AS c
-UNION ALL
-{claim_time};
+SELECT {claimed_arrays(c)} FROM claimed AS c;
 
 -- fragment: claimed_columns
 -- A claim's columns, those of claim_jobs (as {arg}) but for the two timestamps, sent as seconds
@@ -192,9 +189,17 @@ UNION ALL
 {arg}.id, {arg}.queue, {arg}.task, {arg}.args, {arg}.priority, {arg}.attempts, {arg}.max_attempts,
 date_part('epoch', {arg}.run_at) AS run_at, date_part('epoch', {arg}.created_at) AS created_at
 
--- fragment: claim_time
--- The row a timed claim ends with: a NULL id and the claim's database time in run_at.
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, date_part('epoch', {schema}.now()), NULL
+-- fragment: claimed_arrays
+-- The one row of a worker's claim: each of claimed_columns (of the claimed rows, as {arg}) as an
+-- array, in no particular order (NULL if none was claimed), and the claim's database time in
+-- claimed_at (epoch seconds). One row rather than a row a job: a worker builds no record a job,
+-- thousands of objects a claim that its collector would count and walk.
+array_agg({arg}.id) AS id, array_agg({arg}.queue) AS queue, array_agg({arg}.task) AS task,
+array_agg({arg}.args) AS args, array_agg({arg}.priority) AS priority,
+array_agg({arg}.attempts) AS attempts, array_agg({arg}.max_attempts) AS max_attempts,
+array_agg(date_part('epoch', {arg}.run_at)) AS run_at,
+array_agg(date_part('epoch', {arg}.created_at)) AS created_at,
+date_part('epoch', {schema}.now()) AS claimed_at
 
 -- fragment: limited_claim
 -- Claim up to n ready jobs per queue (at most $5 in all) through claim_jobs (migration 0007),
@@ -265,12 +270,9 @@ SELECT {claimed_columns(c)}
 FROM {schema}.claim_jobs($1::text[], $2::int[], $3::text, $4::float8, $5::int, $6::text) AS c;
 
 -- name: claim_unlimited_timed
--- A worker's claim_unlimited, and after its jobs the row of claim_timed: a NULL id and the
--- claim's database time in run_at.
-SELECT {claimed_columns(c)}
-FROM {schema}.claim_jobs($1::text[], $2::int[], $3::text, $4::float8, $5::int, $6::text) AS c
-UNION ALL
-{claim_time};
+-- A worker's claim_unlimited as the one row of claim_timed (claimed_arrays).
+SELECT {claimed_arrays(c)}
+FROM {schema}.claim_jobs($1::text[], $2::int[], $3::text, $4::float8, $5::int, $6::text) AS c;
 
 -- name: next_wakeup
 -- When the producer should look again without being told, in seconds from now (NULL: no

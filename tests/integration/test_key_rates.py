@@ -148,10 +148,10 @@ async def test_a_wake_up_counts_from_the_claims_database_time(q: aioqueue.Queue,
 
     await q.set_key_limits("api", rate=(1, 60.0))
     await q.tasks["call"].options(partition_key="acme").enqueue_many([{"key": "acme"}] * 2)
-    rows = await db.fetch(queries.claim_timed, ["api"], [5], "w", 60.0, 5, "off")
-    assert [r["id"] is None for r in rows] == [False, True]  # one job (the key's rate), then the time
-    claimed_at = from_epoch(rows[-1]["run_at"])  # as the producer reads it (see _claim_time)
-    assert claimed_at == await db.fetchval("SELECT locked_at FROM aioqueue.jobs WHERE id = $1", rows[0]["id"])
+    row = await db.fetchrow(queries.claim_timed, ["api"], [5], "w", 60.0, 5, "off")
+    assert row is not None and len(row["id"]) == 1  # one job (the key's rate), and the time
+    claimed_at = from_epoch(row["claimed_at"])  # as the producer reads it
+    assert claimed_at == await db.fetchval("SELECT locked_at FROM aioqueue.jobs WHERE id = $1", row["id"][0])
     ms = datetime.timedelta(milliseconds=1)
 
     async def wakeup(wake: datetime.datetime | None, due: datetime.datetime) -> float | None:
@@ -197,13 +197,14 @@ async def test_a_claim_that_meets_another_on_the_queue_row_keeps_the_wake_up(
             return claim.done() or bool(await other.fetchval(
                 "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", claiming))
 
-        claim = asyncio.ensure_future(db.fetch(queries.claim_timed, ["api"], [5], "w", 60.0, 5, "off"))
+        claim = asyncio.ensure_future(db.fetchrow(queries.claim_timed, ["api"], [5], "w", 60.0, 5, "off"))
         await eventually(waiting_or_done, what="the claim to finish or wait for the queue's row")
         await holder.commit()
-        rows = await asyncio.wait_for(claim, 10)
+        row = await asyncio.wait_for(claim, 10)
     finally:
         await other.close()
-    [taken] = [r["id"] for r in rows if r["id"] is not None]
+    assert row is not None
+    [taken] = row["id"]
     started = await db.fetchval("SELECT locked_at FROM aioqueue.jobs WHERE id = $1", taken)
     wake = await db.fetchval("SELECT key_rate_wake FROM aioqueue.queues WHERE name = 'api'")
     assert wake == started + 60 * SECOND
