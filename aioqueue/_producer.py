@@ -289,7 +289,7 @@ class Producer:
                     self.take_limits(await conn.fetch(q.limited_queues, self.queues))
                     self._limits_took = time.monotonic() - now
                 while True:
-                    b = claim(limited=bool(self.limited), timed=True)
+                    b = claim(limited=bool(self.limited), timed=True, keyed_only=not self.locked)
                     if self.locked:
                         async with conn.transaction():
                             await conn.execute(q.lock_queues, self.locked)

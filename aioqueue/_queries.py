@@ -51,6 +51,7 @@ class Queries:
     claim: str
     claim_unlimited: str
     claim_unlimited_timed: str
+    claim_keyed_timed: str
     claim_timed: str
     next_wakeup: str
     ready_jobs: str

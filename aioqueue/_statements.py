@@ -70,15 +70,20 @@ class Statements:
         commit_mode: str | None,
         limited: bool,
         timed: bool = False,
+        keyed_only: bool = False,
     ) -> Bound:
         """Claim up to ``wants[i]`` jobs of ``queues[i]``, ``limit`` in all, for ``worker`` under a
         lease of ``lease`` seconds; ``limited``: some of the queues have a global limit (the
         caller has locked their settings rows) or per-key settings, else the cheaper
         ``claim_unlimited``. ``timed``: the worker's claim, one row of the jobs' columns as arrays
         and the claim's database time in ``claimed_at`` (``claim_timed``,
-        ``claim_unlimited_timed``: see ``decode_claim``)."""
+        ``claim_unlimited_timed``: see ``decode_claim``). ``keyed_only``: the limited queues have
+        per-key settings and none a global limit, so a timed claim is the cheaper
+        ``claim_keyed_timed``."""
         q = self.queries
-        if limited:
+        if limited and timed and keyed_only:
+            sql = q.claim_keyed_timed
+        elif limited:
             sql = q.claim_timed if timed else q.claim
         else:
             sql = q.claim_unlimited_timed if timed else q.claim_unlimited

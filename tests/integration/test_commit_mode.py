@@ -20,6 +20,7 @@ def _calls(q: aioqueue.Queue, mode: str | None) -> dict[str, tuple[str, tuple[An
     return {
         "claim": (s.claim, (["default"], [10], "probe", 60.0, 10, mode)),
         "claim_unlimited": (s.claim_unlimited, (["default"], [10], "probe", 60.0, 10, mode)),
+        "claim_keyed_timed": (s.claim_keyed_timed, (["default"], [10], "probe", 60.0, 10, mode)),
         "complete": (s.complete, (one, att, [None], *CHANNELS, mode)),
         "fail": (s.fail, (one, att, ["x"], [None], [False], [1.0], [2.0], [60.0], [0.1], "c", "d", "e", mode)),
         "reschedule": (s.reschedule, (one, att, [0.0], [None], *CHANNELS, mode)),
@@ -37,8 +38,8 @@ async def _setting_after(db: asyncpg.Connection, sql: str, args: tuple[Any, ...]
         await tx.rollback()
 
 
-@pytest.mark.parametrize("statement", ["claim", "claim_unlimited", "complete", "fail", "reschedule",
-                                       "finish_cancelled"])
+@pytest.mark.parametrize("statement", ["claim", "claim_unlimited", "claim_keyed_timed", "complete", "fail",
+                                       "reschedule", "finish_cancelled"])
 async def test_claims_and_outcomes_skip_the_wal_flush_unless_durable(
     q: aioqueue.Queue, db: asyncpg.Connection, statement: str
 ) -> None:

@@ -4,10 +4,14 @@ others, and what that claim took counts against the key's limit in every claim a
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import anyio
 import asyncpg
 
 import aioqueue
+from aioqueue._config import WorkerConfig
+from aioqueue._producer import Producer
 from tests.support.helpers import eventually, running
 from tests.support.plans import explain_nested
 
@@ -153,3 +157,53 @@ async def test_a_claim_at_a_limit_of_one_checks_the_jobs_it_found_in_its_update(
         "SELECT max(n) FROM (SELECT count(*) AS n FROM aioqueue.jobs WHERE status = 'running'"
         " GROUP BY partition_key) AS r")
     assert per_key == 1
+
+
+async def test_a_worker_whose_limits_are_per_key_claims_without_the_global_limits(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    """A worker whose limited queues have per-key settings and none a global limit claims with
+    claim_keyed_timed: the keyed queues through claim_keyed, the others beside them, and a queue
+    paused or given a global limit since the worker read its limits nothing (it claims that one
+    with claim_timed once it reads them again)."""
+    for queue in ("tenants", "plain", "capped", "paused"):
+        @q.task(queue=queue, name=f"work_{queue}")
+        async def work() -> None:
+            pass
+
+        for key in ("a", "a", "b") if queue == "tenants" else (None, None):
+            await work.options(partition_key=key).enqueue()
+    await q.set_key_limits("tenants", concurrency=1)
+    queues = ["capped", "paused", "plain", "tenants"]
+    sent: list[str] = []
+
+    class Statements:  # the worker's statements, the claims it binds noted
+        def __getattr__(self, name: str) -> Any:
+            return getattr(q.database.statements, name)
+
+        def claim(self, **kwargs: Any) -> Any:
+            bound = q.database.statements.claim(**kwargs)
+            sent.append(bound.sql)
+            return bound
+
+    class Database:
+        statements = Statements()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(q.database, name)
+
+    producer = Producer(cast(Any, Database()), WorkerConfig(name="w", lease=60), queues=queues)
+    assert len(await producer.claim(10)) == 8  # tenants's keys a and b, and two jobs of each other queue
+    assert sent == [q.queries.claim_keyed_timed]  # the limits it read: tenants's, per key
+    await db.execute("UPDATE aioqueue.jobs SET status = 'pending', lease_expires_at = NULL")
+    await q.set_limits("capped", concurrency=5)
+    await q.pause("paused")
+    row = await db.fetchrow(q.queries.claim_keyed_timed, queues, [10] * 4, "w", 60.0, 40, "off")
+    assert row is not None and row["claimed_at"] is not None  # the claim's database time
+    claimed = await db.fetch("SELECT queue, partition_key FROM aioqueue.jobs WHERE id = ANY($1::bigint[])",
+                             row["id"])
+    assert sorted((r["queue"], r["partition_key"] or "") for r in claimed) == [
+        ("plain", ""), ("plain", ""), ("tenants", "a"), ("tenants", "b")]
+    producer.take_limits(await db.fetch(q.queries.limited_queues, queues))
+    await producer.claim(10)
+    assert sent[-1] == q.queries.claim_timed  # a global limit: the queue's row is locked first

@@ -331,23 +331,25 @@ async def test_complete_builds_its_claims_object_only_for_a_batch_of_mixed_attem
         assert written == (20 if built else 15), (claims, written)  # the 5 at attempt 2 are fenced off
 
 
-async def test_the_limited_claim_keeps_a_generic_plan(db: asyncpg.Connection) -> None:
-    """The claim of a worker whose queues have limits (here a per-key one), prepared as the driver
-    prepares it: after the five custom plans every prepared statement starts with, it runs the
-    generic plan rather than planning each claim anew (with an array parameter taken for ten
-    queues, the generic plan cost more than a custom one, and a third of a millisecond of
-    planning went with every claim)."""
+@pytest.mark.parametrize("statement", ["claim_timed", "claim_keyed_timed"])
+async def test_the_limited_claim_keeps_a_generic_plan(db: asyncpg.Connection, statement: str) -> None:
+    """The claim of a worker whose queues have limits (here a per-key one; claim_keyed_timed: per-key
+    ones only), prepared as the driver prepares it: after the five custom plans every prepared
+    statement starts with, it runs the generic plan rather than planning each claim anew (with an
+    array parameter taken for ten queues, the generic plan cost more than a custom one, and a
+    third of a millisecond of planning went with every claim)."""
     await db.execute("INSERT INTO aioqueue.queues (name, key_concurrency_limit) VALUES ('default', 1)")
     await db.execute(  # the benchmark's per-key drain: 1,000 keys x 20, a tenth of them running
         "INSERT INTO aioqueue.jobs (queue, task, args, partition_key, status, lease_expires_at) "
         "SELECT 'default', 't', '{}', 'k' || g % 1000, CASE WHEN g <= 100 THEN 'running' ELSE 'pending' END, "
         "CASE WHEN g <= 100 THEN now() + interval '1 hour' END FROM generate_series(1, 20000) AS g")
     await db.execute("ANALYZE aioqueue.jobs")
-    claim = await db.prepare(Q.claim_timed)
+    sql = getattr(Q, statement)
+    claim = await db.prepare(sql)
     for _ in range(10):
         async with db.transaction():
             await claim.fetch(["default"], [5], "plan-test", 300.0, 5, None)
     plans = await db.fetchrow(
-        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1", Q.claim_timed)
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1", sql)
     assert plans is not None
     assert plans["generic_plans"] >= 5, dict(plans)

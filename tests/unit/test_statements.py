@@ -26,7 +26,7 @@ JOB_COLUMNS = ("jobs.queue", "jobs.task", "jobs.priority", "jobs.run_at", "jobs.
 #: method, or a channel (``channel.NAME``). The orders are the statements' own, as their
 #: comments in queries.sql describe them.
 ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "claim": (("claim", "claim_timed", "claim_unlimited"),
+    "claim": (("claim", "claim_timed", "claim_keyed_timed", "claim_unlimited"),
               ("queues", "wants", "worker", "lease", "limit", "commit_mode")),
     "extend_leases": (("extend_leases",), ("ids", "attempts", "lease")),
     "cancel_requests": (("cancel_requests",), ("ids", "attempts")),
@@ -92,8 +92,9 @@ def test_a_method_binds_each_placeholder_of_its_statement_once_in_order(name: st
     statements, order = ORDER[name]
     variants: list[dict[str, Any]] = [{}]
     if name == "claim":
-        pairs = ((True, False), (True, True), (False, False))
-        variants = [{"limited": limited, "timed": timed} for limited, timed in pairs]
+        choices = ((True, False, False), (True, True, False), (True, True, True), (False, False, False))
+        variants = [{"limited": limited, "timed": timed, "keyed_only": keyed_only}
+                    for limited, timed, keyed_only in choices]
     elif name == "enqueue_batch":
         variants = [{"keys": None}, {}]
     if name in AS_TEXT:
@@ -125,7 +126,7 @@ def test_every_keyword_of_a_method_is_bound(name: str) -> None:
     _, order = ORDER[name]
     bound = {what.partition(".")[0] if what.startswith("jobs.") else what
              for what in order if not what.startswith("channel.")}
-    chooses = {"limited", "timed"}  # pick one of the method's statements instead of binding a value
+    chooses = {"limited", "timed", "keyed_only"}  # pick one of the method's statements instead of binding a value
     assert set(_keywords(getattr(STATEMENTS, name))) - chooses == bound
 
 
