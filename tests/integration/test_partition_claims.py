@@ -13,7 +13,7 @@ import aioqueue
 from aioqueue._config import WorkerConfig
 from aioqueue._producer import Producer
 from tests.support.helpers import eventually, running
-from tests.support.plans import explain_nested
+from tests.support.plans import explain_nested, scans
 
 CLAIM = ("SELECT j.partition_key FROM aioqueue.claim_keyed(ARRAY['tenants'], ARRAY[$1::int], 'w', 30, $1::int, NULL)"
          " AS c JOIN aioqueue.jobs AS j ON j.id = c.id")
@@ -157,6 +157,32 @@ async def test_a_claim_at_a_limit_of_one_checks_the_jobs_it_found_in_its_update(
         "SELECT max(n) FROM (SELECT count(*) AS n FROM aioqueue.jobs WHERE status = 'running'"
         " GROUP BY partition_key) AS r")
     assert per_key == 1
+
+
+async def test_a_walk_counts_a_keys_jobs_only_under_the_limit_that_needs_them(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    """The walk counts each key's recent starts only under a key rate, and its running jobs only
+    under a concurrency limit: 0032 counted both for every key walked, the result of the one
+    without its limit unused (a probe of key_starts per key at a concurrency limit of 1)."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    for key in ("a", "b", "c"):
+        await work.options(partition_key=key).enqueue()
+
+    async def indexes_read() -> set[str | None]:
+        ran = await explain_nested(db, CLAIM, 3)
+        return {s.index_name for plan in ran for s in scans(plan, executed=True)}
+
+    await q.set_key_limits("tenants", concurrency=1)
+    read = await indexes_read()
+    assert "jobs_partition_running_idx" in read and "key_starts_key_idx" not in read, read
+    await q.set_key_limits("tenants", rate=(10, 60.0))
+    read = await indexes_read()
+    assert "key_starts_key_idx" in read and "jobs_partition_running_idx" not in read, read
 
 
 async def test_a_worker_whose_limits_are_per_key_claims_without_the_global_limits(

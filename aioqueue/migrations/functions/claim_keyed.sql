@@ -212,14 +212,18 @@ BEGIN
                         WHEN x.run_at > {schema}.now() THEN false
                         WHEN per_key IS NULL AND key_rate IS NULL THEN true
                         -- The key's running jobs, counted up to the limit (that is all it takes to
-                        -- know its room), and this call's picks.
-                        WHEN per_key - coalesce(array_length(array_positions(picked_keys, x.k), 1), 0) - (
+                        -- know its room), and this call's picks. Each count only under its limit:
+                        -- without one, the arithmetic is NULL, but the count still ran (an index
+                        -- probe per key walked, the key rate's at a concurrency limit of 1).
+                        WHEN per_key IS NOT NULL
+                             AND per_key - coalesce(array_length(array_positions(picked_keys, x.k), 1), 0) - (
                             SELECT count(*) FROM (
                                 SELECT FROM {schema}.jobs AS r
                                 WHERE r.status = 'running' AND r.partition_key = x.k AND r.queue = q
                                 LIMIT per_key) AS r) <= 0 THEN false
                         -- The key's rate: its starts inside the window, and this call's picks.
-                        WHEN key_rate - coalesce(array_length(array_positions(picked_keys, x.k), 1), 0) - (
+                        WHEN key_rate IS NOT NULL
+                             AND key_rate - coalesce(array_length(array_positions(picked_keys, x.k), 1), 0) - (
                             SELECT count(*) FROM {schema}.key_starts AS r
                             WHERE r.queue = q AND r.partition_key = x.k
                               AND r.started_at > {schema}.now() - make_interval(secs => key_period)) <= 0 THEN false
