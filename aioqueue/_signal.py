@@ -1,31 +1,44 @@
-"""A level-triggered wake-up flag for one waiter, built on ``anyio.Event``.
+"""A level-triggered wake-up flag, on the asyncio event loop's own futures.
 
 ``set()`` may be called any number of times from callbacks; ``wait()`` returns at once if it was
-set since the last ``clear()``. Unlike a bare ``anyio.Event`` it can be reused, and a ``set()``
-that lands between ``clear()`` and ``wait()`` is never lost.
+set since the last ``clear()``. Unlike a bare event it can be reused, and a ``set()`` that lands
+between ``clear()`` and ``wait()`` is never lost.
 """
 
 from __future__ import annotations
 
-import anyio
+import asyncio
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class Flag:
-    """A resettable event: the producer's wake-up and capacity signals."""
+    """A resettable event: the producer's wake-up and capacity signals.
 
-    __slots__ = ("_event", "_raised")
+    Built on a future per wait and the loop's timer rather than on ``anyio.Event`` and
+    ``anyio.move_on_after``: a worker clears and waits on its flags several times a job (an idle
+    worker's wake-up goes through one), and the anyio layers (an event made through the backend
+    lookup at every ``clear()``, a cancel scope at every timed wait) cost several times the wait
+    itself. Cancelling the waiting task (a cancel scope, ``Task.cancel``) ends the wait as it
+    would any await."""
+
+    __slots__ = ("_raised", "_waiters")
 
     def __init__(self) -> None:
-        self._event = anyio.Event()
-        # Mirrors the event, read without its two layers of calls: every finished job raises
-        # a flag that is most often raised already.
+        # Read without a call: every finished job raises a flag that is most often raised already.
         self._raised = False
+        self._waiters: list[asyncio.Future[None]] = []
 
     def set(self) -> None:
-        """Raise the flag and wake the waiter."""
+        """Raise the flag and wake every waiter."""
         if not self._raised:
             self._raised = True
-            self._event.set()
+            for waiter in self._waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     def is_set(self) -> bool:
         """Whether the flag is raised."""
@@ -33,14 +46,21 @@ class Flag:
 
     def clear(self) -> None:
         """Lower the flag, if raised."""
-        if self._raised:
-            self._raised = False
-            self._event = anyio.Event()
+        self._raised = False
 
     async def wait(self, timeout: float | None = None) -> bool:
         """Wait until the flag is raised or ``timeout`` passes; return whether it is raised."""
         if self._raised:
             return True
-        with anyio.move_on_after(timeout):
-            await self._event.wait()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(waiter)
+        # No timer for no timeout (None, or NaN, which never passes).
+        timer = None if timeout is None or timeout != timeout else loop.call_later(timeout, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiters.remove(waiter)
+            if timer is not None:
+                timer.cancel()
         return self._raised

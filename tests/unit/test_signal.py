@@ -42,3 +42,24 @@ async def test_set_wakes_the_waiter() -> None:
             await anyio.lowlevel.checkpoint()
             flag.set()
     assert woke == [True]
+
+
+async def test_every_waiter_is_woken_and_a_cancelled_wait_leaves_the_flag_usable() -> None:
+    flag = Flag()
+    woke: list[bool] = []
+
+    async def waiter() -> None:
+        woke.append(await flag.wait(5))
+
+    with anyio.move_on_after(0.01) as scope:
+        await flag.wait()
+    assert scope.cancelled_caught
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            tg.start_soon(waiter)
+            await anyio.lowlevel.checkpoint()
+            flag.set()
+    assert woke == [True, True]
+    flag.clear()
+    assert not await flag.wait(0)
