@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.lowlevel
 
 from ._claims import ClaimKey, Claims
 from ._completer import Completer
@@ -174,6 +175,8 @@ class Producer:
                 finished = self.claims.finished_total
                 jobs = await self._claim_with_retry(free, per_queue, hand_over)
                 if len(jobs) < free or not self._pool_has_room():  # no claim at once, or one may wait for it
+                    if jobs:  # the runners first: giving the connection back runs until its first await
+                        await anyio.lowlevel.checkpoint()
                     await self._let_go()
                 self.ready.set()
                 self.prefetch.handed_over(len(jobs), len(jobs) == free, time.monotonic())
