@@ -116,7 +116,8 @@ class Claims:
         self._active_by_queue[job.queue] -= 1
         self.finished_total += 1
         self.busy_total += took
-        self.freed.set()
+        if not self.freed.raised:  # most often raised already: no call then (a job each)
+            self.freed.set()
         if not self.active:
             self.idle.set()
 

@@ -154,8 +154,11 @@ class Completer:
         b.done_ids.append(job.id)
         b.done_attempts.append(job.attempt)
         b.done_results.append(result)
-        self._idle.clear()  # _arrived(), without the call: one success a job
-        self._ready.set()
+        # _arrived(), without its calls (one success a job): the flags are most often already
+        # as it leaves them.
+        self._idle.raised = False
+        if not self._ready.raised:
+            self._ready.set()
 
     def failed(
         self, job: Job, error: str, retry: Backoff, *, delay: float | None = None, dead: bool = False

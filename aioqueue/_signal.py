@@ -25,32 +25,35 @@ class Flag:
     itself. Cancelling the waiting task (a cancel scope, ``Task.cancel``) ends the wait as it
     would any await."""
 
-    __slots__ = ("_raised", "_waiters")
+    __slots__ = ("_waiters", "raised")
 
     def __init__(self) -> None:
-        # Read without a call: every finished job raises a flag that is most often raised already.
-        self._raised = False
+        self.raised = False
+        """Whether the flag is raised: :meth:`is_set` without a call, for the worker's per-job
+        paths, which raise flags that are most often raised already (``if not f.raised:
+        f.set()``). Only :meth:`set` raises it (it wakes the waiters); lowering it by hand is
+        :meth:`clear` without the call."""
         self._waiters: list[asyncio.Future[None]] = []
 
     def set(self) -> None:
         """Raise the flag and wake every waiter."""
-        if not self._raised:
-            self._raised = True
+        if not self.raised:
+            self.raised = True
             for waiter in self._waiters:
                 if not waiter.done():
                     waiter.set_result(None)
 
     def is_set(self) -> bool:
         """Whether the flag is raised."""
-        return self._raised
+        return self.raised
 
     def clear(self) -> None:
         """Lower the flag, if raised."""
-        self._raised = False
+        self.raised = False
 
     async def wait(self, timeout: float | None = None) -> bool:
         """Wait until the flag is raised or ``timeout`` passes; return whether it is raised."""
-        if self._raised:
+        if self.raised:
             return True
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
@@ -63,4 +66,4 @@ class Flag:
             self._waiters.remove(waiter)
             if timer is not None:
                 timer.cancel()
-        return self._raised
+        return self.raised
