@@ -19,6 +19,13 @@ CLAIM = ("SELECT j.partition_key FROM aioqueue.claim_keyed(ARRAY['tenants'], ARR
          " AS c JOIN aioqueue.jobs AS j ON j.id = c.id")
 
 
+async def most_running_of_one_key(db: asyncpg.Connection) -> int | None:
+    """The most jobs of one key running at once (None: none running)."""
+    return cast(int | None, await db.fetchval(
+        "SELECT max(n) FROM (SELECT count(*) AS n FROM aioqueue.jobs WHERE status = 'running'"
+        " GROUP BY partition_key) AS r"))
+
+
 async def test_claims_of_a_keyed_queue_do_not_wait_for_the_queues_row(
     q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
 ) -> None:
@@ -123,10 +130,7 @@ async def test_a_claim_beside_another_starts_away_from_the_keys_it_holds(
         assert sorted(r["partition_key"] for r in await db.fetch(CLAIM, 2)) == ["a-04", "a-05"]
     finally:
         await other.close()
-    per_key = await db.fetchval(
-        "SELECT max(n) FROM (SELECT count(*) AS n FROM aioqueue.jobs WHERE status = 'running'"
-        " GROUP BY partition_key) AS r")
-    assert per_key == 1
+    assert await most_running_of_one_key(db) == 1
 
 
 async def test_a_claim_at_a_limit_of_one_checks_the_jobs_it_found_in_its_update(
@@ -153,10 +157,7 @@ async def test_a_claim_at_a_limit_of_one_checks_the_jobs_it_found_in_its_update(
     assert len(ran) <= 7, texts
     async with db.transaction():
         assert sorted(r["partition_key"] for r in await db.fetch(CLAIM, 3)) == ["a", "c", "d"]
-    per_key = await db.fetchval(
-        "SELECT max(n) FROM (SELECT count(*) AS n FROM aioqueue.jobs WHERE status = 'running'"
-        " GROUP BY partition_key) AS r")
-    assert per_key == 1
+    assert await most_running_of_one_key(db) == 1
 
 
 async def test_a_walk_counts_a_keys_jobs_only_under_the_limit_that_needs_them(
