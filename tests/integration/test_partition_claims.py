@@ -102,11 +102,12 @@ async def test_a_keyed_claim_takes_no_more_than_it_asks_for(q: aioqueue.Queue, d
 async def test_a_claim_beside_another_starts_away_from_the_keys_it_holds(
     q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
 ) -> None:
-    """Under a per-key limit, a claim that runs while another claim of the queue is open starts
-    at a point drawn between the first and the last key (here: after a letter from a to z),
-    not from the cursor, where the first one holds every key it took: it takes keys of the far
-    end, none of the first one's, and the limit holds. Both claims of 0029 started from the
-    cursor, so the second took the keys right after the first one's."""
+    """Under a per-key limit, a claim that runs while another claim of the queue stays open
+    waits for it a bounded time (see the next test), then starts at a point drawn between the
+    first and the last key (here: after a letter from a to z), not from the cursor, where the
+    first one holds every key it took: it takes keys of the far end, none of the first one's,
+    and the limit holds. Both claims of 0029 started from the cursor, so the second took the
+    keys right after the first one's."""
 
     @q.task(queue="tenants")
     async def work() -> None:
@@ -130,6 +131,54 @@ async def test_a_claim_beside_another_starts_away_from_the_keys_it_holds(
         assert sorted(r["partition_key"] for r in await db.fetch(CLAIM, 2)) == ["a-04", "a-05"]
     finally:
         await other.close()
+    assert await most_running_of_one_key(db) == 1
+
+
+LEADER = "SELECT pg_advisory_xact_lock(hashtext('aioqueue.claim_keyed.leader'), hashtext('tenants'))"
+WAITING = ("SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+           " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
+
+
+async def test_a_claim_waits_for_the_claim_before_it_and_goes_on_where_it_left_the_cursor(
+    q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
+) -> None:
+    """Under a per-key limit, a claim that starts while another claim of the queue runs waits
+    for it (a few milliseconds at most; here longer, so that a loaded machine cannot make it
+    start at random as in the test above), then starts from the cursor as that claim left it,
+    read after the wait: the keys ahead of it, none of those the other took. Claims of 0033
+    started at once at a point drawn at random, and walked keys the others had taken (two
+    keys a job in the per-key benchmark). The other claim here is a transaction that holds
+    the queue's claim lock and moves the cursor past a-03; it commits once the claim waits."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", concurrency=1)
+    keys = [f"{p}-{i:02d}" for p in ("a", "z") for i in range(1, 10)]
+    for key in keys:
+        await work.options(partition_key=key).enqueue_many([{}] * 2)
+    other = await asyncpg.connect(dsn)
+    try:
+        held = other.transaction()
+        await held.start()
+        await other.execute(LEADER)
+        await other.execute("UPDATE aioqueue.queues SET key_cursor = 'a-03' WHERE name = 'tenants'")
+
+        async def commit_once_waited() -> None:
+            await eventually(lambda: other.fetchval(WAITING), what="the claim to wait for the other")
+            await held.commit()
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(commit_once_waited)
+                async with db.transaction():
+                    await db.execute("SET LOCAL aioqueue.keyed_claim_wait = '15s'")
+                    taken = sorted(r["partition_key"] for r in await db.fetch(CLAIM, 3))
+    finally:
+        await other.close()
+    assert taken == ["a-04", "a-05", "a-06"]
+    assert await db.fetchval("SELECT key_cursor FROM aioqueue.queues WHERE name = 'tenants'") == "a-06"
     assert await most_running_of_one_key(db) == 1
 
 

@@ -1,0 +1,15 @@
+-- Keyed claims under a per-key limit take turns: claim_keyed() as in 0033 (same arguments).
+--
+-- Since 0031, a claim of a per-key limited queue that started while another ran started after
+-- a point drawn at random (one of nine, for keys such as key-1 to key-1000) rather than from
+-- the cursor: claims landed on the keys the others had just taken, and the one that held the
+-- cursor walked into the arcs the others had taken. In the per-key benchmark (a limit of 1,
+-- 1,000 keys, four worker processes) claims walked 2 to 2.7 keys a job. Now such a claim waits
+-- for the one before it, 5 ms at most (aioqueue.keyed_claim_wait, for tests), and goes on from
+-- where it left the cursor, read after the wait: 1.05 keys walked a job, and about a third
+-- less server CPU a job. A claim whose wait runs out, or whose call already holds
+-- the lock of an earlier queue, starts at random as before; a fair queue without limits does
+-- not wait.
+
+-- claim_keyed() changes: functions/claim_keyed.sql.
+-- functions: 0dbaa4df1cb5ffd087f29c86ea3df0891ce56e38e5709370db1c204e01ea5371
