@@ -17,6 +17,7 @@ from tests.support.plans import explain_nested, scans
 
 CLAIM = ("SELECT j.partition_key FROM aioqueue.claim_keyed(ARRAY['tenants'], ARRAY[$1::int], 'w', 30, $1::int, NULL)"
          " AS c JOIN aioqueue.jobs AS j ON j.id = c.id")
+CLAIM_IDS = "SELECT c.id FROM aioqueue.claim_keyed(ARRAY['tenants'], ARRAY[$1::int], 'w', 30, $1::int, NULL) AS c"
 
 
 async def most_running_of_one_key(db: asyncpg.Connection) -> int | None:
@@ -283,3 +284,55 @@ async def test_a_worker_whose_limits_are_per_key_claims_without_the_global_limit
     producer.take_limits(await db.fetch(q.queries.limited_queues, queues))
     await producer.claim(10)
     assert sent[-1] == q.queries.claim_timed  # a global limit: the queue's row is locked first
+
+
+async def test_fair_claims_side_by_side_take_each_job_once(
+    q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
+) -> None:
+    """Four claims at a time of a fair queue, all from one cursor, racing for the same keys'
+    first jobs: each job is taken by one claim, and every job is taken."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", fair=True)
+    for key in range(40):
+        await work.options(partition_key=f"k{key:02d}").enqueue_many([{}] * 5)
+    conns = [await asyncpg.connect(dsn) for _ in range(4)]
+    taken: list[int] = []
+
+    async def claims(conn: asyncpg.Connection) -> None:
+        while rows := await conn.fetch(CLAIM_IDS, 7):
+            taken.extend(r["id"] for r in rows)
+
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for conn in conns:
+                    tg.start_soon(claims, conn)
+    finally:
+        for conn in conns:
+            await conn.close()
+    assert len(taken) == len(set(taken)) == 200
+    assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status = 'running'") == 200
+
+
+async def test_a_keyed_claim_passes_over_a_key_with_no_job_due(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    """A key whose oldest job is not due has no turn, in a fair queue as under a per-key limit;
+    the key after it has its turn all the same (and its second in the next circle)."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await work.options(partition_key="a", delay=3600).enqueue()
+    await work.options(partition_key="b").enqueue_many([{}] * 2)
+    for fair, limit in ((True, None), (False, 2)):
+        await q.set_key_limits("tenants", concurrency=limit, fair=fair)
+        tr = db.transaction()
+        await tr.start()
+        try:
+            assert sorted(r["partition_key"] for r in await db.fetch(CLAIM, 3)) == ["b", "b"]
+        finally:
+            await tr.rollback()

@@ -55,10 +55,12 @@ async def drain(db: asyncpg.Connection, jobs: int, batch: int = 500) -> None:
         done += len(rows)
 
 
-async def table_in(db: asyncpg.Connection, state: str) -> None:
-    """The keyed backlog in queue 'tenants' (one job per key running at most), in ``state``."""
+async def table_in(db: asyncpg.Connection, state: str, fair: bool = False) -> None:
+    """The keyed backlog in queue 'tenants' (one job per key running at most, or ``fair``: keys in
+    turn without a limit), in ``state``."""
     await db.execute("ALTER TABLE aioqueue.jobs SET (autovacuum_enabled = false)")
-    await db.execute("INSERT INTO aioqueue.queues (name, key_concurrency_limit) VALUES ('tenants', 1)")
+    await db.execute("INSERT INTO aioqueue.queues (name, key_concurrency_limit, fair) VALUES ('tenants', $1, $2)",
+                     None if fair else 1, fair)
     if state == "stale":
         await db.execute("ANALYZE aioqueue.jobs")  # statistics of the empty table
     if state == "history":
@@ -89,12 +91,14 @@ async def table_in(db: asyncpg.Connection, state: str) -> None:
         await db.execute("UPDATE aioqueue.queues SET key_cursor = NULL")  # the walk starts over them
 
 
+@pytest.mark.parametrize("fair", [False, True], ids=["limit-1", "fair"])
 @pytest.mark.parametrize("state", ["analysed", "stale", "flooded", "emptied", "drained", "history"])
 async def test_the_keyed_claim_reads_indexes_and_rows_bounded_by_its_batch(
-    db: asyncpg.Connection, state: str
+    db: asyncpg.Connection, state: str, fair: bool
 ) -> None:
-    await table_in(db, state)
-    # Half the batch's keys are at their limit: the flood's running job holds its key.
+    """Under a per-key limit of 1, and in a fair queue without limits."""
+    await table_in(db, state, fair)
+    # Under the limit, half the batch's keys are at it: the flood's running job holds its key.
     await keyed_claim(db, 1)
     ran = await explain_nested(db, Q.claim, ["tenants"], [10], "plan-test", 300.0, 10, "off")
     read = [s for plan in ran for s in scans(plan, executed=True) if s.relation == "jobs"]
