@@ -93,6 +93,35 @@ for _field in ("run_at", "created_at"):
     setattr(Job, _field, _FromEpoch(vars(Job)[_field]))
 
 
+class _OwnDict:
+    """``Job.headers`` read through its own slot: a claim leaves the slot None for a job without
+    headers (most have none), and the first read puts a dict of the job's own there, as ``Job()``
+    would have made. A dict a job made with the claim's other thousand-odd objects at once would
+    count towards the collector's next young collection: a claim's objects, alive until their
+    handlers end, are what sets off most of them at many slots. Every read goes through here, so
+    a claimed job is a plain ``Job``."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: Any) -> None:
+        self.slot = slot
+
+    def __get__(self, job: Job | None, owner: type | None = None) -> Any:
+        if job is None:
+            return self.slot  # the class's attribute as the dataclass made it
+        value = self.slot.__get__(job)
+        if value is None:
+            value = {}
+            self.slot.__set__(job, value)
+        return value
+
+    def __set__(self, job: Job, value: dict[str, str]) -> None:
+        self.slot.__set__(job, value)
+
+
+Job.headers = _OwnDict(vars(Job)["headers"])  # type: ignore[assignment,misc]
+
+
 class _Unfrozen:
     """A ``Job``'s slots without its freezing: a claimed job is built as one, its fields set by
     plain attribute stores, then made a ``Job`` by assigning its class (the same slots, so the
@@ -120,7 +149,7 @@ def _claimed_job(
     job.max_attempts = max_attempts
     job.run_at = run_at
     job.created_at = created_at
-    job.headers = headers or {}  # none stored: a dict of its own, as Job() would make
+    job.headers = headers or None  # none stored: a dict of its own when first read (see _OwnDict)
     job.__class__ = Job
     made: Job = job
     return made
@@ -129,7 +158,7 @@ def _claimed_job(
 # A field added to Job (and not here), or a layout Python no longer lets a class be swapped
 # for, fails here, at import, rather than in a worker's first claim.
 _probe = _claimed_job(0, "", "", {}, 0, 0, 0, 0.0, 0.0, None)
-if type(_probe) is not Job or not all(hasattr(_probe, name) for name in Job.__slots__):
+if type(_probe) is not Job or not all(hasattr(_probe, name) for name in Job.__slots__) or _probe.headers != {}:
     raise RuntimeError("aioqueue._job: _claimed_job no longer builds a Job")
 
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
+import pickle
 import random
 from typing import Any
 
 import pytest
 
-from aioqueue._job import decode_claim
+from aioqueue._job import HEADERS_KEY, Job, decode_claim
 
 # (id, priority, run_at): claim order is priority (highest first), then run_at, then id.
 Row = tuple[int, int, float]
@@ -54,3 +56,17 @@ def test_a_large_claim_in_any_order() -> None:
         jobs, _ = decode_claim(columns(listed))
         assert [j.id for j in jobs] == claim_order(rows)
         assert [j.run_at.timestamp() for j in jobs] == [r[2] for r in sorted(rows, key=lambda r: (-r[1], r[2], r[0]))]
+
+
+def test_a_claimed_job_without_headers_has_a_dict_of_its_own_like_a_built_one() -> None:
+    rows: list[Row] = [(1, 0, 5.0), (2, 0, 6.0)]
+    cols = columns(rows)
+    cols[3][1] = json.dumps({"i": 2, HEADERS_KEY: {"traceparent": "00-1-2-01"}})
+    first, second = decode_claim(cols)[0]
+    built = Job(1, "default", "t", {"i": 1}, 0, 1, 25, first.run_at, first.created_at)
+    assert first == built and repr(first) == repr(built)
+    assert first.headers == {} and second.headers == {"traceparent": "00-1-2-01"}
+    first.headers["k"] = "v"  # a job's own dict: another job's stays empty
+    assert first.headers == {"k": "v"} and decode_claim(columns(rows))[0][0].headers == {}
+    assert dataclasses.replace(first, attempt=2).headers == {"k": "v"}
+    assert pickle.loads(pickle.dumps(first)) == first
