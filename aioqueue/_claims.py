@@ -17,7 +17,6 @@ capacity only read it.
 from __future__ import annotations
 
 import collections
-import itertools
 import math
 import operator
 from collections.abc import Callable, Collection, Sequence
@@ -42,9 +41,10 @@ class Claims:
     """Held claims, and how many handlers are active per queue; wakes waiters when a slot frees."""
 
     def __init__(self) -> None:
-        self._held: dict[ClaimKey, str] = {}  # claim -> queue
-        # The attempt held of each job: at most one, since a newer claim supersedes older ones.
-        # It finds a superseded claim without a scan of every held claim per job.
+        # The held claims, as the attempt held of each job: at most one, since a newer claim
+        # supersedes older ones. A dict of ints rather than a set of (id, attempt) tuples: a
+        # claim's thousand tuples, made at once and alive until their outcomes are written,
+        # would be objects the collector counts (and walks) for every held job.
         self._attempt_of: dict[int, int] = {}
         self.active = 0
         """Handlers claimed and not yet finished (an attribute, not a property: the runners
@@ -82,10 +82,9 @@ class Claims:
             return self._take_each(jobs)  # a job held already under another attempt: one by one
         # The common case, a claim of jobs none of which is held, in C rather than a loop of
         # bytecodes a job: the worker's own CPU per job is what bounds many short handlers.
-        claims = list(map(claim_of, jobs))
-        self._held.update(zip(claims, map(_queue_of, jobs), strict=True))
-        attempt_of.update(claims)
-        self.active += len(claims)
+        # Each claim's tuple is freed as soon as the dict has taken its two ints.
+        attempt_of.update(map(claim_of, jobs))
+        self.active += len(jobs)
         by_queue = self._active_by_queue
         for queue, n in collections.Counter(map(_queue_of, jobs)).items():
             by_queue[queue] = by_queue.get(queue, 0) + n
@@ -97,9 +96,7 @@ class Claims:
         for job in jobs:
             older = self._attempt_of.get(job.id)
             if older is not None and older < job.attempt:
-                self._held.pop((job.id, older), None)  # its lease is lost: nothing to renew or write
-                superseded.append((job.id, older))
-            self._held[(job.id, job.attempt)] = job.queue
+                superseded.append((job.id, older))  # its lease is lost: nothing to renew or write
             self._attempt_of[job.id] = job.attempt
             self.active += 1
             by_queue[job.queue] = by_queue.get(job.queue, 0) + 1
@@ -123,9 +120,8 @@ class Claims:
 
     def release(self, claims: Collection[ClaimKey]) -> None:
         """Stop holding ``claims`` (their outcome is written, or their lease is lost)."""
-        # In C rather than a loop of bytecodes a claim (see take). The attempt held of a job is
-        # always a held claim's, so it goes exactly when it is one of these.
-        collections.deque(map(self._held.pop, claims, itertools.repeat(None)), maxlen=0)
+        # In C rather than a loop of bytecodes a claim (see take): a job's entry goes exactly
+        # when its held attempt is one of these.
         attempt_of = self._attempt_of
         collections.deque(map(attempt_of.pop, map(_id_of_claim, attempt_of.items() & claims)), maxlen=0)
 
@@ -137,11 +133,11 @@ class Claims:
 
     def held(self) -> list[ClaimKey]:
         """Every claim held now (a copy)."""
-        return list(self._held)
+        return list(self._attempt_of.items())
 
     def holds(self, claim: ClaimKey) -> bool:
         """Whether ``claim`` is held."""
-        return claim in self._held
+        return self._attempt_of.get(claim[0]) == claim[1]
 
     def __len__(self) -> int:
-        return len(self._held)
+        return len(self._attempt_of)
