@@ -39,7 +39,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # these modules, also in spawned workers
 # The repository root: the claim scenario reads plans with tests/support/plans.py, as the plan tests do.
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+# Last, not first: aioqueue itself comes from PYTHONPATH or the installed package, so that
+# `PYTHONPATH=<other tree> python benchmarks/bench.py` measures that tree's code (the report
+# says which one ran).
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 import report
 import results

@@ -77,6 +77,8 @@ def render(env: dict[str, Any], results: Results, competitors: list[str], repeat
         f"synchronous_commit={env['synchronous_commit']}, fsync={env['fsync']}, "
         f"shared_buffers={env['shared_buffers']})",
         f"  {env['cpus']} CPUs: {env['cpu']}; {env['platform']}",
+        # Which tree ran (not stored with the results: a local path).
+        f"  aioqueue {env['aioqueue']} from {Path(aioqueue.__file__).resolve().parent}",
         f"  median of {repeat} run(s); each measurement in a fresh database; no-op handlers",
     ]
     width = max([len(r.metric) for r in results.items.values()] + [6])
