@@ -242,6 +242,8 @@ def check_commands(block: Block) -> int:
             assert (ROOT / args[0]).exists(), f"{where}: no {args[0]}"
         elif tool in ("ruff", "mypy"):
             assert shutil.which(tool), f"{where}: {tool} is not installed"
+        elif tool == "git":  # a checkout of another commit beside this one, to measure both
+            assert args[:2] == ["worktree", "add"] and shutil.which("git"), f"{where}: {words}"
         elif tool == "uvicorn":
             app = _app(args[0])
         elif tool == "curl":
