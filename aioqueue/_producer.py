@@ -25,9 +25,10 @@ import anyio
 import anyio.lowlevel
 
 from ._claim_connection import ClaimConnection
+from ._claimed import decode_claim, from_epoch
 from ._claims import ClaimKey, Claims
 from ._completer import Completer
-from ._job import Connection, Job, decode_claim, from_epoch
+from ._job import Connection, Job
 from ._prefetch import Prefetch
 from ._wakeups import Wakeups
 

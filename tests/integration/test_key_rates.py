@@ -19,7 +19,7 @@ import asyncpg
 import pytest
 
 import aioqueue
-from aioqueue._job import from_epoch
+from aioqueue._claimed import from_epoch
 from aioqueue._maintenance import Maintenance
 from aioqueue._queries import for_schema
 from aioqueue.testing import Clock

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from aioqueue._job import HEADERS_KEY, Job, decode_claim
+from aioqueue._claimed import decode_claim
+from aioqueue._job import HEADERS_KEY, Job
 
 # (id, priority, run_at): claim order is priority (highest first), then run_at, then id.
 Row = tuple[int, int, float]
