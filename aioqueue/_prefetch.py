@@ -175,7 +175,7 @@ class Prefetch:
         cap = min(self.cap, self.KEYED) if self.keyed else self.cap
         return min(cap, max(by_rate, self.floor(time.monotonic() if now is None else now)))
 
-    def most(self, now: float | None = None, *, full: bool = False) -> int:
+    def most(self, now: float | None = None) -> int:
         """The most jobs one claim of the worker may take now. At most ``FIRST``
         slots: its slots and buffer. More: ``FIRST`` for the first claim of a burst, so its
         first handlers start after a claim of a hundred rows rather than one of every slot;
@@ -184,13 +184,11 @@ class Prefetch:
         two halves take about as long as the whole); and never more than ``LARGEST``. A larger
         claim is no cheaper a row, and it starts its jobs in one wave: at 5,000 slots, claims
         of 3,000 left most runners parked between them and the collector walking thousands of
-        handlers at once (17 to 19 us of CPU a 10 ms job, against 14 to 16 in claims of 1,000).
-        ``full``: a claim that got all it asked for is not yet handed over (a burst, as if it
-        had been)."""
+        handlers at once (17 to 19 us of CPU a 10 ms job, against 14 to 16 in claims of 1,000)."""
         slots = self.slots
         budget = slots + self.target(now)
         if slots <= self.FIRST:
             return budget
-        if not (self._bursting or full):
+        if not self._bursting:
             return self.FIRST
         return max(self.FIRST, min(self.LARGEST, budget // 2))

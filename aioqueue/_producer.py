@@ -6,26 +6,25 @@ queue when the worker caps queues), holds off while the completer has no room fo
 for a reason to look (a freed slot, the end of a claim that filled every slot, or one of its
 :mod:`~aioqueue._wakeups`: a notification, the earliest known due time, the poll tick). It then
 claims with ``FOR UPDATE SKIP LOCKED`` in a single short statement, records the claims, and
-hands the jobs to the worker's runners (in a burst, after sending the next claim: see
-:mod:`aioqueue._claim_connection`). It never runs a handler, never holds a transaction open
+hands the jobs to the worker's runners. It never runs a handler, never holds a transaction open
 beyond the claim, and writes no outcome itself: rows it cannot decode go to the completer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
 
-from ._claim_connection import ClaimConnection
-from ._claimed import decode_claim, from_epoch
+from ._claimed import Undecodable, decode_claim, from_epoch
 from ._claims import ClaimKey, Claims
 from ._completer import Completer
 from ._job import Connection, Job
@@ -92,7 +91,7 @@ class Producer:
         self.rated: list[str] = []
         self.limits_refresh = max(config.poll_interval, 1.0)
         self._limits_read_at = -math.inf
-        self.claim_conn = ClaimConnection(db)
+        self._held: tuple[Connection, contextlib.AsyncExitStack] | None = None  # see _hold
         # Seconds the last claim spent re-reading those settings: no part of a claim's round trip.
         self._limits_took = 0.0
 
@@ -104,29 +103,35 @@ class Producer:
         self.wakeups.stop()
         self.claims.freed.set()
 
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stopping
+
     # -- capacity ------------------------------------------------------------------------------
 
-    def capacity(self, coming: int = 0) -> tuple[int, list[int] | None]:
-        """How many jobs to claim now in all, and per queue when the worker caps queues;
-        ``coming``: the jobs of a full claim not yet handed over."""
-        cfg, now, active = self.config, time.monotonic(), self.claims.active + coming
+    def capacity(self) -> tuple[int, list[int] | None]:
+        """How many jobs to claim now in all, and per queue when the worker caps queues."""
+        cfg, now = self.config, time.monotonic()
         self.prefetch.finished(self.claims.finished_total, now, self.claims.busy_total)
-        if not active:
+        if not self.claims.active:
             self.prefetch.idle(now, self.claims.last_ended - self.claims.first_begun)
-        free = min(cfg.concurrency + self.prefetch.target(now) - active, cfg.claim_batch,
-                   self.prefetch.most(now, full=coming > 0))
+        free = min(cfg.concurrency + self.prefetch.target(now) - self.claims.active, cfg.claim_batch,
+                   self.prefetch.most(now))
         if self._slots is None:
             return free, None
-        per_queue = [max(0, min(free, self._slots.get(q, free) - self.claims.active_in(q))) for q in self.queues]
+        per_queue = [
+            max(0, min(free, self._slots.get(q, free) - self.claims.active_in(q))) for q in self.queues
+        ]
         return min(free, sum(per_queue)), per_queue
 
-    def _should_wait(self, free: int, coming: int = 0) -> bool:
+    def _should_wait(self, free: int) -> bool:
         if free <= 0:
             return True
         # Below a worthwhile refill (half the buffer), wait for more room only while jobs in
         # hand keep us busy: a buffer refills in large claims rather than one job at a time.
         cfg, pace = self.config, self.prefetch
-        if free < min(cfg.claim_batch, pace.target() // 2, pace.most()) and (self.claims.active or coming):
+        if free < min(cfg.claim_batch, pace.target() // 2, pace.most()) and self.claims.active:
             return True
         return self.completer is not None and not self.completer.has_room()
 
@@ -161,22 +166,19 @@ class Producer:
 
         try:
             while not self._stopping:
-                if (ahead := self.claim_conn.ahead) is not None:  # sent while the last claim was handed over
-                    free, per_queue, (writes, stirs, finished) = ahead.limit, None, ahead.marks
-                    if (jobs := await self._take_ahead(hand_over)) is None:
-                        continue  # it failed: claim anew (and back off if that fails too)
-                else:
-                    free, per_queue = self.capacity()
-                    if self._should_wait(free):
-                        if not await self.claim_conn.let_go():  # (giving it back takes loop turns: handlers may finish)
-                            await self._wait_for_capacity()
-                        continue
-                    writes, stirs, finished = self._marks()
-                    jobs = await self._claim_with_retry(free, per_queue, hand_over)
-                if len(jobs) < free or not self.claim_conn.pool_has_room():  # no claim at once, or one may wait for it
+                free, per_queue = self.capacity()
+                if self._should_wait(free):
+                    if not await self._let_go():  # (giving it back takes loop turns: handlers may finish)
+                        await self._wait_for_capacity()
+                    continue
+                writes = self.completer.writes if self.completer is not None else 0
+                stirs = self.completer.stirs if self.completer is not None else 0
+                finished = self.claims.finished_total
+                jobs = await self._claim_with_retry(free, per_queue, hand_over)
+                if len(jobs) < free or not self._pool_has_room():  # no claim at once, or one may wait for it
                     if jobs:  # the runners first: giving the connection back runs until its first await
                         await anyio.lowlevel.checkpoint()
-                    await self.claim_conn.let_go()
+                    await self._let_go()
                 self.ready.set()
                 self.prefetch.handed_over(len(jobs), len(jobs) == free, time.monotonic())
                 if len(jobs) < free:
@@ -227,19 +229,20 @@ class Producer:
                     return
         finally:
             with anyio.CancelScope(shield=True):
-                if self.claim_conn.ahead is not None:  # its jobs may be claimed: the runners give them back
-                    await self._take_ahead(hand_over, more=False)
-                await self.claim_conn.let_go()
+                await self._let_go()
             self.ready.set()
             self.caught_up.set()
             self.connected.set()
 
     async def _learn_due(self) -> None:
-        """Ask the database when to look next (delayed jobs, rate windows); a failure is left to the poll."""
+        """Ask the database when to look next (delayed jobs, rate windows); a failure is left to
+        the poll."""
         try:
             async with self.db.connection() as conn:
                 since = time.monotonic() - self._claim_started
-                seconds = await conn.fetchval(self.db.queries.next_wakeup, self.queues, since + 0.001, self._claimed_at)
+                seconds = await conn.fetchval(
+                    self.db.queries.next_wakeup, self.queues, since + 0.001, self._claimed_at
+                )
         except Exception as exc:
             logger.warning("reading the next due time failed (%s: %s)", type(exc).__name__, exc)
             return
@@ -290,7 +293,6 @@ class Producer:
                     self.take_limits(await conn.fetch(q.limited_queues, self.queues))
                     self._limits_took = time.monotonic() - now
                 while True:
-                    await self.claim_conn.settled()  # (only after an error) one statement at a time
                     b = claim(limited=bool(self.limited), timed=True, keyed_only=not self.locked)
                     if self.locked:
                         async with conn.transaction():
@@ -299,12 +301,15 @@ class Producer:
                     else:
                         row = await conn.fetchrow(b.sql, *b.args)
                     assert row is not None  # an aggregate: one row, claimed or not
-                    if hand_over is not None and per_queue is None:
-                        self._send_ahead(conn, len(row["id"] or ()), limit)  # before decoding
-                    # An empty claim tells the worker nothing is ready: claim again rather
-                    # than return one that is empty only because every row in it was buried.
-                    if not (jobs := await self._decode(conn, row)) and row["id"]:
-                        continue
+                    self._claimed_at = from_epoch(row["claimed_at"])
+                    jobs, bad = decode_claim(row)  # in claim order
+                    self.claimed += len(jobs)
+                    if bad:
+                        await self._bury(conn, bad)
+                        # An empty claim tells the worker nothing is ready: claim again rather
+                        # than return one that is empty only because every row in it was buried.
+                        if not jobs:
+                            continue
                     if hand_over is not None:
                         hand_over(jobs)
                         handed = jobs
@@ -318,61 +323,20 @@ class Producer:
                            type(exc).__name__, exc)
             return handed
 
-    async def _decode(self, conn: Connection, row: asyncpg.Record) -> list[Job]:
-        """The jobs of a claim's ``row``, in claim order; those no handler could be called for are
-        made dead at once through the completer (on ``conn``, once no claim is in flight on it)."""
-        self._claimed_at = from_epoch(row["claimed_at"])
-        jobs, bad = decode_claim(cast("Sequence[Any]", row))  # its columns, by position
-        self.claimed += len(jobs)
-        if bad:
-            await self.claim_conn.settled()
-            await self._outcomes.bury(conn, [((b.id, b.attempt), b.error) for b in bad])
-            self.buried += len(bad)
-            for b in bad:
-                logger.error("job %d: marked dead: %s", b.id, b.error)
-        return jobs
-
-    def _send_ahead(self, conn: Connection, got: int, limit: int) -> None:
-        """The claim on ``conn`` got all the ``limit`` jobs it asked for (more may be ready): if
-        there is room once they count (as for any claim), claim more while they are handed over."""
-        stale = time.monotonic() - self._limits_read_at >= self.limits_refresh  # claim() re-reads them first
-        if got < limit or self._stopping or conn is not self.claim_conn.held or self.limited or stale:
-            return
-        free, _ = self.capacity(got)
-        if self._should_wait(free, got):
-            return
-        b = self.db.statements.claim(
-            queues=self.queues, wants=[free] * len(self.queues), worker=self.worker_id, lease=self.config.lease,
-            limit=free, commit_mode=self.config.commit_mode, limited=False, timed=True,
-        )
-        self.statements += 1
-        self.wakeups.claiming()
-        self.claim_conn.send_ahead(b.sql, b.args, free, self._marks())
-
-    def _marks(self) -> tuple[int, int, int]:
-        """The completer's writes and stirs and the jobs finished: what a claim sent now sees."""
-        c, finished = self.completer, self.claims.finished_total
-        return (c.writes, c.stirs, finished) if c is not None else (0, 0, finished)
-
-    async def _take_ahead(self, hand_over: Callable[[list[Job]], None], more: bool = True) -> list[Job] | None:
-        """Hand over the jobs of the claim sent ahead once it is back (None if it failed), and
-        if ``more``, send the next one first as :meth:`claim` does."""
-        if (answer := await self.claim_conn.take_ahead()) is None:
-            return None
-        row, took, ahead = answer
-        self._claim_started = ahead.sent
-        self.prefetch.claimed(took)
-        conn = await self.claim_conn.hold()  # (held: the claim was on it)
-        if more:
-            self._send_ahead(conn, len(row["id"] or ()), ahead.limit)
-        hand_over(jobs := await self._decode(conn, row))
-        return jobs
-
     def take_limits(self, rows: Sequence[asyncpg.Record]) -> None:
         """Keep the rows of ``limited_queues``, read just now (the worker's first read)."""
         self.limited, self.locked = [r["name"] for r in rows], [r["name"] for r in rows if r["locked"]]
         self.rated = [r["name"] for r in rows if r["rated"]]
         self.prefetch.keyed, self._limits_read_at = any(r["key_limited"] for r in rows), time.monotonic()
+
+    async def _bury(self, conn: Connection, bad: list[Undecodable]) -> None:
+        """Make dead at once, through the completer, the claimed jobs no handler could be called
+        for: no attempt could decode them, and leaving them running would hold them until their
+        lease expires."""
+        await self._outcomes.bury(conn, [((b.id, b.attempt), b.error) for b in bad])
+        self.buried += len(bad)
+        for b in bad:
+            logger.error("job %d: marked dead: %s", b.id, b.error)
 
     async def _claim_with_retry(
         self, limit: int, per_queue: Sequence[int] | None, hand_over: Callable[[list[Job]], None]
@@ -384,17 +348,41 @@ class Producer:
             try:
                 self.wakeups.claiming()
                 started = time.monotonic()
-                jobs = await self.claim(limit, per_queue, hand_over, await self.claim_conn.hold())
+                jobs = await self.claim(limit, per_queue, hand_over, await self._hold())
                 # Less the settings read (a producer's first, unless take_limits came first, is a
                 # cold server session's first statement): it can take many claims' time on a loaded
                 # machine, and the buffer it would then size holds long jobs back from other workers.
                 self.prefetch.claimed(time.monotonic() - started - self._limits_took)
                 return jobs
             except Exception as exc:
-                await self.claim_conn.let_go()
+                await self._let_go()
                 failures += 1
                 delay = min(max(self.config.poll_interval, 0.1) * 5, 0.05 * 2**failures)
                 logger.warning("claiming jobs failed (%s: %s); retrying in %.2fs",
                                type(exc).__name__, exc, delay)
                 await self.wakeups.flag.wait(delay)
         return []
+
+    async def _hold(self) -> Connection:
+        """The connection to claim on, kept while claims follow each other (see performance.md)."""
+        if self._held is None:
+            stack = contextlib.AsyncExitStack()
+            self._held = (await stack.enter_async_context(self.db.connection()), stack)
+        return self._held[0]
+
+    async def _let_go(self) -> bool:
+        """Give the claim connection back to the pool if held (return whether it was; a failure
+        is the pool's to mend)."""
+        if self._held is None:
+            return False
+        stack, self._held = self._held[1], None
+        try:
+            await stack.aclose()
+        except Exception as exc:
+            logger.warning("returning a connection to the pool after a claim failed (%s: %s)",
+                           type(exc).__name__, exc)
+        return True
+
+    def _pool_has_room(self) -> bool:
+        """Whether the pool can lend another connection without waiting (so no one waits)."""
+        return (pool := self.db.pool).get_idle_size() > 0 or pool.get_size() < pool.get_max_size()

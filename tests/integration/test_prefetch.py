@@ -124,22 +124,17 @@ async def test_a_worker_with_many_slots_starts_a_burst_after_a_short_first_claim
 async def test_claims_that_follow_each_other_keep_their_connection(
     q: aioqueue.Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from aioqueue._claim_connection import ClaimConnection
     from aioqueue._producer import Producer
 
-    made: list[object] = []  # the connection each claim ran on, in order
-    claim, send_ahead = Producer.claim, ClaimConnection.send_ahead
+    made: list[tuple[bool, object]] = []  # (got all it asked for, the connection it ran on)
+    claim = Producer.claim
 
     async def recorded(self: Producer, limit: int, *args: Any) -> list[aioqueue.Job]:
-        made.append(args[2] if len(args) > 2 else None)  # (per_queue, hand_over, conn)
-        return await claim(self, limit, *args)
-
-    def sent_ahead(self: ClaimConnection, *args: Any) -> None:
-        made.append(self.held)
-        send_ahead(self, *args)
+        jobs = await claim(self, limit, *args)
+        made.append((len(jobs) == limit, args[2] if len(args) > 2 else None))  # (per_queue, hand_over, conn)
+        return jobs
 
     monkeypatch.setattr(Producer, "claim", recorded)
-    monkeypatch.setattr(ClaimConnection, "send_ahead", sent_ahead)
 
     @q.task
     async def io(n: int) -> None:
@@ -150,7 +145,7 @@ async def test_claims_that_follow_each_other_keep_their_connection(
         assert (await q.worker(concurrency=1000).run_until_empty()).succeeded == 3000
     # Claims that follow one that got all it asked for go out on the same connection, not after
     # a turn of giving it back and taking one again (unless the slots and buffer were full).
-    kept = [a is b for a, b in itertools.pairwise(made) if a is not None]
+    kept = [a[1] is b[1] for a, b in itertools.pairwise(made) if a[0] and a[1] is not None]
     assert sum(kept) >= 3, made
 
 
