@@ -100,6 +100,18 @@ async def test_a_keyed_claim_takes_no_more_than_it_asks_for(q: aioqueue.Queue, d
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status = 'running'") == 10
 
 
+async def two_jobs_of_a_and_z_keys(q: aioqueue.Queue) -> None:
+    """Queue "tenants" under a per-key limit of 1, two jobs each of keys a-01..a-09, z-01..z-09."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", concurrency=1)
+    for key in [f"{p}-{i:02d}" for p in ("a", "z") for i in range(1, 10)]:
+        await work.options(partition_key=key).enqueue_many([{}] * 2)
+
+
 async def test_a_claim_beside_another_starts_away_from_the_keys_it_holds(
     q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
 ) -> None:
@@ -110,14 +122,7 @@ async def test_a_claim_beside_another_starts_away_from_the_keys_it_holds(
     and the limit holds. Both claims of 0029 started from the cursor, so the second took the
     keys right after the first one's."""
 
-    @q.task(queue="tenants")
-    async def work() -> None:
-        pass
-
-    await q.set_key_limits("tenants", concurrency=1)
-    keys = [f"{p}-{i:02d}" for p in ("a", "z") for i in range(1, 10)]
-    for key in keys:
-        await work.options(partition_key=key).enqueue_many([{}] * 2)
+    await two_jobs_of_a_and_z_keys(q)
     other = await asyncpg.connect(dsn)
     try:
         async with other.transaction():
@@ -151,14 +156,7 @@ async def test_a_claim_waits_for_the_claim_before_it_and_goes_on_where_it_left_t
     keys a job in the per-key benchmark). The other claim here is a transaction that holds
     the queue's claim lock and moves the cursor past a-03; it commits once the claim waits."""
 
-    @q.task(queue="tenants")
-    async def work() -> None:
-        pass
-
-    await q.set_key_limits("tenants", concurrency=1)
-    keys = [f"{p}-{i:02d}" for p in ("a", "z") for i in range(1, 10)]
-    for key in keys:
-        await work.options(partition_key=key).enqueue_many([{}] * 2)
+    await two_jobs_of_a_and_z_keys(q)
     other = await asyncpg.connect(dsn)
     try:
         held = other.transaction()
