@@ -334,3 +334,23 @@ async def test_a_keyed_claim_passes_over_a_key_with_no_job_due(q: aioqueue.Queue
             assert sorted(r["partition_key"] for r in await db.fetch(CLAIM, 3)) == ["b", "b"]
         finally:
             await tr.rollback()
+
+
+async def test_a_fair_claim_of_more_than_a_turn_a_key_goes_round_from_the_cursor(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    """Three keys, the cursor at b, a claim of 5: the keys after the cursor come first in every
+    turn (c, a, b, c, a), and the cursor stays at the key of the last job taken. (Until 0035 the
+    second turns went from the first key, a and b, and c got one.)"""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", fair=True)
+    for key in ("a", "b", "c"):
+        await work.options(partition_key=key).enqueue_many([{}] * 10)
+    await db.execute("UPDATE aioqueue.queues SET key_cursor = 'b' WHERE name = 'tenants'")
+    taken = sorted(r["partition_key"] for r in await db.fetch(CLAIM, 5))
+    assert taken == ["a", "a", "b", "c", "c"]
+    assert await db.fetchval("SELECT key_cursor FROM aioqueue.queues WHERE name = 'tenants'") == "b"

@@ -12,8 +12,10 @@
 -- key's turn (each key gave in its turn all the room it had: another round would probe every
 -- key again for nothing), or after a bounded number of key probes (the cursor moves, so the
 -- next claim goes on from there): its cost follows the jobs claimed and the keys passed over,
--- never the number of pending keys or jobs. Jobs without a key fill the room keys leave, from the
--- head of the queue's ready order.
+-- never the number of pending keys or jobs. In a fair queue without limits, a claim that wants
+-- more jobs than the circle has keys shares them in one take (want / keys each, from the cursor
+-- round), and goes round again among the keys that gave a job, without walking them anew. Jobs
+-- without a key fill the room keys leave, from the head of the queue's ready order.
 --
 -- Claims of one queue run side by side (without a global limit, the caller does not lock the
 -- queue's settings row), and a per-key limit holds by a lock per key: a job of a key is taken
@@ -88,6 +90,12 @@ DECLARE
     -- And how many jobs each of them may give in its turn (its room, at most the turn).
     cand_room   int[];
     circle      int;
+    -- A fair queue without limits (fair_only): the keys that gave a job in this circle, in the
+    -- order it served them; and the keys a first pass found after the cursor, their turns left
+    -- until the pass that wraps round has been walked (see below).
+    fair_only   boolean;
+    ring        text[] COLLATE "C";
+    held        text[] COLLATE "C";
     per_turn    int;
     circle_keys int;
     level       int;
@@ -137,6 +145,7 @@ BEGIN
         SELECT s.key_concurrency_limit, s.key_cursor, s.key_rate_limit, s.key_rate_period
         INTO per_key, start_key, key_rate, key_period
         FROM {schema}.queues AS s WHERE s.name = q;
+        fair_only := per_key IS NULL AND key_rate IS NULL;
         -- Claims that lock keys and run at once would all start from the cursor, and each would
         -- probe every key the others had locked before it could lock one (1.5 such probes a job
         -- with four workers at a limit of 1): one claim at a time, the one holding this lock
@@ -216,62 +225,95 @@ BEGIN
             per_turn := 1;
             circle := 1;
             circle_keys := 0;
+            ring := '{}';
+            held := NULL;
             LOOP
                 EXIT levels WHEN want <= 0 OR probes >= max_probes;
                 -- A pass walks until it has as many keys with room as it wants (below), so it
                 -- may walk as far as the probes allow: passes are statements, and a claim of
                 -- hundreds of jobs must not go on in passes of a few keys once its want runs low.
                 walk_limit := max_probes - probes;
-                -- The keys in turn, one index probe each, and for each whether this claim may take
-                -- a job of it: a per-key limit leaves room in it (as this statement's snapshot
-                -- sees it) and this claim could lock it (no other claim takes a job of a locked
-                -- key until this one commits). Under no per-key limit, every key (jobs are locked
-                -- one by one, SKIP LOCKED, below). The walk stops once it has as many keys as the
-                -- claim wants (`got`): keys after those have no turn in this pass, and the next
-                -- pass, or claim, starts after the last key walked. The CASE keeps the lock last:
-                -- a key is locked only if it has room.
-                WITH RECURSIVE walk(k, n, ok, got, id) AS (
-                    SELECT lo, 0, false, 0, NULL::bigint  -- where the pass starts: not a key of it
-                    UNION ALL
-                    SELECT x.k, w.n + 1, t.ok, w.got + t.ok::int, x.id
+                IF circle > 1 AND fair_only THEN
+                    -- A fair queue without limits goes round again only among the keys that gave
+                    -- a job in the circle before (the others had none ready), in the same order:
+                    -- no walk. Walked again, the circle would probe each key anew, and past the
+                    -- last one probe the rest of the level, where a drained key's index entries
+                    -- lie until a vacuum (a whole flood's, in the flood's own order, a claim).
+                    cand_keys := ring;
+                    walk_keys := '{}';
+                ELSE
+                    -- The keys in turn, one index probe each, and for each whether this claim may take
+                    -- a job of it: a per-key limit leaves room in it (as this statement's snapshot
+                    -- sees it) and this claim could lock it (no other claim takes a job of a locked
+                    -- key until this one commits). Under no per-key limit, every key (jobs are locked
+                    -- one by one, SKIP LOCKED, below). The walk stops once it has as many keys as the
+                    -- claim wants (`got`): keys after those have no turn in this pass, and the next
+                    -- pass, or claim, starts after the last key walked. The CASE keeps the lock last:
+                    -- a key is locked only if it has room.
+                    WITH RECURSIVE walk(k, n, ok, got, id) AS (
+                        SELECT lo, 0, false, 0, NULL::bigint  -- where the pass starts: not a key of it
+                        UNION ALL
+                        SELECT x.k, w.n + 1, t.ok, w.got + t.ok::int, x.id
+                        FROM walk AS w
+                        -- The next key, and its first entry at the level: its oldest pending job.
+                        CROSS JOIN LATERAL (
+                            SELECT j.partition_key, j.id, j.run_at FROM {schema}.jobs AS j
+                            WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
+                              AND j.priority = level AND j.partition_key > w.k AND (hi IS NULL OR j.partition_key <= hi)
+                            ORDER BY j.partition_key, j.run_at, j.id LIMIT 1) AS x(k, id, run_at)
+                        CROSS JOIN LATERAL (SELECT CASE
+                            -- Its oldest job is not due: none of its jobs is ready.
+                            WHEN x.run_at > {schema}.now() THEN false
+                            WHEN per_key IS NULL AND key_rate IS NULL THEN true
+                            -- The key's running jobs, counted up to the limit (that is all it takes to
+                            -- know its room), and this call's picks. Each count only under its limit:
+                            -- without one, the arithmetic is NULL, but the count still ran (an index
+                            -- probe per key walked, the key rate's at a concurrency limit of 1).
+                            WHEN per_key IS NOT NULL
+                                 AND per_key - coalesce(array_length(array_positions(picked_keys, x.k), 1), 0) - (
+                                SELECT count(*) FROM (
+                                    SELECT FROM {schema}.jobs AS r
+                                    WHERE r.status = 'running' AND r.partition_key = x.k AND r.queue = q
+                                    LIMIT per_key) AS r) <= 0 THEN false
+                            -- The key's rate: its starts inside the window, and this call's picks.
+                            WHEN key_rate IS NOT NULL
+                                 AND key_rate - coalesce(array_length(array_positions(picked_keys, x.k), 1), 0) - (
+                                SELECT count(*) FROM {schema}.key_starts AS r
+                                WHERE r.queue = q AND r.partition_key = x.k
+                                  AND r.started_at > {schema}.now() - make_interval(secs => key_period)) <= 0 THEN false
+                            ELSE pg_try_advisory_xact_lock(key_class, hashtext(q || '/' || x.k)) END) AS t(ok)
+                        WHERE w.n < walk_limit AND w.got < want - coalesce(cardinality(held), 0)
+                    )
+                    SELECT coalesce(array_agg(w.k ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
+                           coalesce(array_agg(w.id ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
+                           coalesce(array_agg(w.k ORDER BY w.n), '{}')
+                    INTO cand_keys, cand_ids, walk_keys
                     FROM walk AS w
-                    -- The next key, and its first entry at the level: its oldest pending job.
-                    CROSS JOIN LATERAL (
-                        SELECT j.partition_key, j.id, j.run_at FROM {schema}.jobs AS j
-                        WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
-                          AND j.priority = level AND j.partition_key > w.k AND (hi IS NULL OR j.partition_key <= hi)
-                        ORDER BY j.partition_key, j.run_at, j.id LIMIT 1) AS x(k, id, run_at)
-                    CROSS JOIN LATERAL (SELECT CASE
-                        -- Its oldest job is not due: none of its jobs is ready.
-                        WHEN x.run_at > {schema}.now() THEN false
-                        WHEN per_key IS NULL AND key_rate IS NULL THEN true
-                        -- The key's running jobs, counted up to the limit (that is all it takes to
-                        -- know its room), and this call's picks. Each count only under its limit:
-                        -- without one, the arithmetic is NULL, but the count still ran (an index
-                        -- probe per key walked, the key rate's at a concurrency limit of 1).
-                        WHEN per_key IS NOT NULL
-                             AND per_key - coalesce(array_length(array_positions(picked_keys, x.k), 1), 0) - (
-                            SELECT count(*) FROM (
-                                SELECT FROM {schema}.jobs AS r
-                                WHERE r.status = 'running' AND r.partition_key = x.k AND r.queue = q
-                                LIMIT per_key) AS r) <= 0 THEN false
-                        -- The key's rate: its starts inside the window, and this call's picks.
-                        WHEN key_rate IS NOT NULL
-                             AND key_rate - coalesce(array_length(array_positions(picked_keys, x.k), 1), 0) - (
-                            SELECT count(*) FROM {schema}.key_starts AS r
-                            WHERE r.queue = q AND r.partition_key = x.k
-                              AND r.started_at > {schema}.now() - make_interval(secs => key_period)) <= 0 THEN false
-                        ELSE pg_try_advisory_xact_lock(key_class, hashtext(q || '/' || x.k)) END) AS t(ok)
-                    WHERE w.n < walk_limit AND w.got < want
-                )
-                SELECT coalesce(array_agg(w.k ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
-                       coalesce(array_agg(w.id ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
-                       coalesce(array_agg(w.k ORDER BY w.n), '{}')
-                INTO cand_keys, cand_ids, walk_keys
-                FROM walk AS w
-                WHERE w.n > 0;
+                    WHERE w.n > 0;
+                END IF;
                 walked := cardinality(walk_keys);
                 last_key := walk_keys[walked];
+                IF fair_only AND circle = 1 AND NOT wrapped AND start_key IS NOT NULL
+                   AND walked < walk_limit AND cardinality(cand_keys) < want THEN
+                    -- A fair queue without limits whose keys after the cursor are fewer than the
+                    -- claim wants: the keys before it are walked first, and the whole circle
+                    -- shares the claim in one take (a turn of want / keys each), rather than a
+                    -- take of a job a key and a circle more. A flood alone was claimed in four
+                    -- statements more, the first of them passing over every row of the flood
+                    -- that another claim had just taken.
+                    held := cand_keys;
+                    probes := probes + walked + 1;
+                    wrapped := true;
+                    lo := '';
+                    hi := start_key;
+                    CONTINUE;
+                ELSIF held IS NOT NULL THEN
+                    cand_keys := held || cand_keys;
+                    held := NULL;
+                    IF walked < walk_limit AND cardinality(cand_keys) < want THEN
+                        per_turn := ceil(want::numeric / cardinality(cand_keys))::int;  -- the whole circle
+                    END IF;
+                END IF;
                 pass_seen := CASE WHEN key_rate IS NOT NULL THEN walk_keys END;
                 IF circle = 1 AND per_key = 1 AND key_rate IS NULL THEN
                     -- Under a per-key limit of 1, a turn is the job the walk found for a key it
@@ -351,11 +393,23 @@ BEGIN
                     -- Keys of the walk, in its order, a job each: no statement to count them.
                     served := pass_keys[cardinality(pass_keys)];
                     circle_keys := circle_keys + cardinality(pass_keys);
+                ELSIF cardinality(pass_ids) > 0 AND fair_only THEN
+                    -- The key of the last job taken: the pass went in the circle's order (from the
+                    -- cursor, round past the last key, for a pass of the whole circle).
+                    served := pass_keys[cardinality(pass_keys)];
+                    circle_keys := circle_keys + (SELECT count(DISTINCT x) FROM unnest(pass_keys) AS x);
                 ELSIF cardinality(pass_ids) > 0 THEN
                     served := (SELECT max(x) FROM unnest(pass_keys) AS x);
                     circle_keys := circle_keys + (SELECT count(DISTINCT x) FROM unnest(pass_keys) AS x);
                 END IF;
-                IF walked >= walk_limit OR cardinality(cand_keys) >= want THEN
+                IF fair_only THEN
+                    -- The keys that gave a job, in the order they were served: the next round's.
+                    -- A round among the keys of the circle before is one pass.
+                    ring := CASE WHEN circle = 1 THEN ring END
+                            || ARRAY(SELECT p.k FROM unnest(pass_keys) WITH ORDINALITY AS p(k, o)
+                                     GROUP BY p.k ORDER BY min(p.o));
+                END IF;
+                IF (walked >= walk_limit OR cardinality(cand_keys) >= want) AND NOT (fair_only AND circle > 1) THEN
                     lo := last_key;  -- more keys in this circle
                     CONTINUE;
                 END IF;

@@ -1,0 +1,14 @@
+-- A fair queue without per-key limits shares a claim among its keys in one take when they are
+-- fewer than the claim wants: claim_keyed() as in 0034 (same arguments).
+--
+-- Such a claim took a job of each key, then walked every key again for a second circle, and
+-- took again: a flood alone (the last phase of a flood drain) cost two walks and two takes a
+-- claim, the first take passing over every row of the flood that the other workers' claims had
+-- just taken. Now a first pass that reaches the last key short of what the claim wants walks
+-- the keys before the cursor too, and the whole circle gives want / keys each in one take;
+-- later circles go round the keys that gave a job, in the same order, without a walk. The
+-- share beyond a turn goes from the cursor round (it went from the first key), and the cursor
+-- stays at the key of the last job taken. Per-key limited queues claim as before.
+
+-- claim_keyed() changes: functions/claim_keyed.sql.
+-- functions: d752bf07c9c47d2b05eed5af3284bf82cd2e2c987007a71b4a3453ba1d95e0a3
