@@ -354,3 +354,20 @@ async def test_a_fair_claim_of_more_than_a_turn_a_key_goes_round_from_the_cursor
     taken = sorted(r["partition_key"] for r in await db.fetch(CLAIM, 5))
     assert taken == ["a", "a", "b", "c", "c"]
     assert await db.fetchval("SELECT key_cursor FROM aioqueue.queues WHERE name = 'tenants'") == "b"
+
+
+async def test_a_fair_claim_past_the_cursor_with_no_job_due_takes_nothing(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    """Keys whose jobs are not due, on both sides of the cursor: the claim's whole circle has no
+    key to share it among, and takes nothing (0035 divided by that number of keys)."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", fair=True)
+    for key in ("a", "c"):
+        await work.options(partition_key=key, delay=3600).enqueue()
+    await db.execute("UPDATE aioqueue.queues SET key_cursor = 'b' WHERE name = 'tenants'")
+    assert await db.fetch(CLAIM, 5) == []

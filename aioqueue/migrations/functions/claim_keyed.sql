@@ -310,8 +310,9 @@ BEGIN
                 ELSIF held IS NOT NULL THEN
                     cand_keys := held || cand_keys;
                     held := NULL;
-                    IF walked < walk_limit AND cardinality(cand_keys) < want THEN
-                        per_turn := ceil(want::numeric / cardinality(cand_keys))::int;  -- the whole circle
+                    -- The whole circle, if it has a key with a job due (none: the claim takes nothing).
+                    IF walked < walk_limit AND cardinality(cand_keys) BETWEEN 1 AND want - 1 THEN
+                        per_turn := ceil(want::numeric / cardinality(cand_keys))::int;
                     END IF;
                 END IF;
                 pass_seen := CASE WHEN key_rate IS NOT NULL THEN walk_keys END;
