@@ -91,10 +91,20 @@ _RETURN_QUERY = re.compile(r"\bRETURN\s+QUERY\s+(.*?);\s*END\s*;?\s*$", re.IGNOR
 async def function_query(conn: Connection, function: str) -> str:
     """Return the query a PL/pgSQL ``function`` (``"schema.name"``) returns, its ``RETURN QUERY``,
     as it is installed: SQL whose values are the function's positional parameters ``$1``,
-    ``$2``..., to explain or run outside the function."""
-    source = await conn.fetchval("SELECT p.prosrc FROM pg_proc AS p WHERE p.oid = to_regproc($1)", function)
-    if source is None:
+    ``$2``..., to explain or run outside the function. The session takes the planner settings
+    of the function's SET clauses (claim_jobs: ``enable_seqscan`` and ``jit`` off), so the query
+    plans as it does inside; all but ``plan_cache_mode``, which the caller chooses (a custom plan
+    or the generic one, see :func:`explain_generic`)."""
+    row = await conn.fetchrow(
+        "SELECT p.prosrc, p.proconfig FROM pg_proc AS p WHERE p.oid = to_regproc($1)", function
+    )
+    if row is None:
         raise LookupError(f"no function {function}")
+    source = row["prosrc"]
+    for setting in row["proconfig"] or ():
+        name, value = setting.split("=", 1)
+        if name != "plan_cache_mode":
+            await conn.execute("SELECT set_config($1, $2, false)", name, value)
     found = _RETURN_QUERY.search(source)
     if found is None:
         raise LookupError(f"{function} has no RETURN QUERY as its last statement")

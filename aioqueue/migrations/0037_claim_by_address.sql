@@ -1,0 +1,12 @@
+-- The claim's UPDATE finds the rows it locked by their addresses: claim_jobs() as in 0030 (same
+-- arguments, same results).
+--
+-- The rows the claim locked (FOR UPDATE SKIP LOCKED, through jobs_ready_idx) were found again
+-- for the UPDATE by primary key, one descent of jobs_pkey per row. They are now found by ctid
+-- (a TID scan): a locked row cannot move before the UPDATE, and one another transaction changed
+-- after the statement's snapshot (locked in a version that snapshot does not see) is left
+-- pending and claimed next time. About 4% of the server's instructions for a claimed and
+-- completed job, in claims of 1,000 (callgrind of the backend).
+
+-- claim_jobs() changes: functions/claim_jobs.sql.
+-- functions: 60574accb7214e72a0dc432bfdd04005607a15abf358b133c8ffabc7f03248bd
