@@ -54,8 +54,12 @@ class Prefetch:
     Also the least factor by which the buffer grows while the handlers run dry (its square the
     most)."""
     KEYED = 100
-    """The most jobs buffered while the worker claims a queue with a per-key concurrency limit
-    (see ``keyed``)."""
+    """The most jobs buffered at first while the worker claims a queue with a per-key
+    concurrency limit (see ``keyed``)."""
+    KEYED_STEP = 25
+    """How much that most grows with each claim that got all it asked for."""
+    KEYED_LEAST = 20
+    """The least it shrinks to (halving with each claim that got fewer)."""
     SAMPLE = 0.01
     """Shortest span (seconds) of one rate sample."""
     RISE = 0.02
@@ -64,7 +68,7 @@ class Prefetch:
     the fading of the floor)."""
 
     __slots__ = ("_at", "_bursting", "_busy", "_finished", "_floor", "_floor_at", "_full", "cap", "handler_time",
-                 "keyed", "rate", "round_trip", "slots")
+                 "keyed", "keyed_cap", "rate", "round_trip", "slots")
 
     @classmethod
     def default_cap(cls, slots: int) -> int:
@@ -85,7 +89,16 @@ class Prefetch:
         it). A buffered job holds its key's slot, which no other worker can then fill: with a
         large buffer, the workers' claims walk past the keys the others hold, each claim slower
         than the last, and a slower claim sizes a larger buffer. So the buffer stays at most
-        ``KEYED`` jobs."""
+        ``keyed_cap`` jobs."""
+        self.keyed_cap = min(cap, self.KEYED)
+        """The most jobs buffered while ``keyed``, found the way TCP finds its window: it grows
+        by ``KEYED_STEP`` with each claim that got all it asked for (keys with room were left
+        over), and halves, down to ``KEYED_LEAST``, with each that got fewer (its walk went
+        round every key and found too few with room: the buffers, each job holding its key,
+        are part of why). So the workers' buffers together stay about as large as the keys
+        allow. Claims of a hundred jobs rather than fifty, where keys are plenty, halve each
+        job's share of a claim's fixed cost (a keyed claim's turn, its statements, the worker's
+        round trip)."""
         self.rate = 0.0
         """Jobs finished per second (estimate)."""
         self.handler_time = 0.0
@@ -126,11 +139,15 @@ class Prefetch:
 
     def handed_over(self, jobs: int, full: bool, now: float) -> None:
         """A claim handed ``jobs`` to the runners at ``now``; ``full``: all it asked for (more
-        may be ready). One that found fewer ends the burst: the floor is dropped."""
+        may be ready). One that found fewer ends the burst: the floor is dropped (and, while
+        ``keyed``, the buffer's most is halved; a full one grows it: see ``keyed_cap``)."""
         self._full = (jobs, now) if full else None
         self._bursting = full
         if not full:
             self._floor = 0
+        if self.keyed:
+            grown = self.keyed_cap + self.KEYED_STEP if full else self.keyed_cap // 2
+            self.keyed_cap = max(min(self.cap, self.KEYED_LEAST), min(self.cap, grown))
 
     def idle(self, now: float, ran: float = math.inf) -> None:
         """No handler is running at ``now``; ``ran``: seconds from the start of the first
@@ -172,7 +189,7 @@ class Prefetch:
         if self.handler_time > 0.0:
             rate = min(rate, self.slots / self.handler_time)
         by_rate = int(rate * self.round_trip * self.MARGIN)
-        cap = min(self.cap, self.KEYED) if self.keyed else self.cap
+        cap = self.keyed_cap if self.keyed else self.cap
         return min(cap, max(by_rate, self.floor(time.monotonic() if now is None else now)))
 
     def most(self, now: float | None = None) -> int:

@@ -4,6 +4,7 @@ others, and what that claim took counts against the key's limit in every claim a
 
 from __future__ import annotations
 
+import time
 from typing import Any, cast
 
 import anyio
@@ -179,6 +180,38 @@ async def test_a_claim_waits_for_the_claim_before_it_and_goes_on_where_it_left_t
     assert taken == ["a-04", "a-05", "a-06"]
     assert await db.fetchval("SELECT key_cursor FROM aioqueue.queues WHERE name = 'tenants'") == "a-06"
     assert await most_running_of_one_key(db) == 1
+
+
+async def test_a_claim_waits_up_to_twenty_milliseconds_for_its_turn(
+    q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
+) -> None:
+    """Under a per-key limit, a claim waits for the claim before it 20 ms at most (the session's
+    default; 0036 waited 5 ms: on a loaded machine the claims queued behind two others ran out
+    of it, and a third to a half of them walked at random), then starts at random. The other
+    claim here holds the queue's claim lock for as long as the test runs: the claim returns only
+    once its wait ran out, as in the first test of the two above."""
+
+    await two_jobs_of_a_and_z_keys(q)
+    other = await asyncpg.connect(dsn)
+    try:
+        async with other.transaction():
+            await other.execute(LEADER)
+            # The session's first claims plan their statements (milliseconds on a loaded
+            # machine): made first, and undone.
+            warm_up = db.transaction()
+            await warm_up.start()
+            await db.execute("SET LOCAL aioqueue.keyed_claim_wait = '1ms'")
+            await db.fetch(CLAIM, 3)
+            await warm_up.rollback()
+            await db.execute("SELECT setseed(0.5)")  # the draw: a letter after 'a'
+            started = time.monotonic()
+            with anyio.fail_after(10):
+                taken = sorted(r["partition_key"] for r in await db.fetch(CLAIM, 3))
+            waited = time.monotonic() - started
+    finally:
+        await other.close()
+    assert waited >= 0.019, waited
+    assert taken == ["z-01", "z-02", "z-03"]
 
 
 async def test_a_claim_at_a_limit_of_one_checks_the_jobs_it_found_in_its_update(

@@ -224,3 +224,45 @@ def test_under_a_per_key_limit_the_buffer_stays_small() -> None:
     assert pace.target() == Prefetch.KEYED
     assert pace.most(10) == 10 + Prefetch.KEYED
     assert Prefetch(cap=20, slots=10).target() <= 20  # a smaller cap still holds
+
+
+def test_under_a_per_key_limit_the_buffer_grows_while_claims_fill_and_halves_when_one_falls_short() -> None:
+    # The same fast jobs: every claim that gets all it asked for lets the buffer grow a step
+    # (keys with room were left over); one that gets fewer (its walk found too few keys with
+    # room) halves it, never under KEYED_LEAST nor over the cap.
+    pace = Prefetch(cap=1000, slots=10)
+    pace.keyed = True
+    pace.claimed(0.05)
+    for step in range(1, 50):
+        pace.finished(1000 * step, pace._at + 0.02, busy=0.02 * step)
+    now = pace._at
+    for _ in range(4):
+        pace.handed_over(pace.most(now), True, now)
+    assert pace.target(now) == Prefetch.KEYED + 4 * Prefetch.KEYED_STEP
+    pace.handed_over(30, False, now)
+    assert pace.target(now) == (Prefetch.KEYED + 4 * Prefetch.KEYED_STEP) // 2
+    for _ in range(10):
+        pace.handed_over(0, False, now)
+    assert pace.target(now) == Prefetch.KEYED_LEAST
+    for _ in range(100):
+        pace.handed_over(pace.most(now), True, now)
+    assert pace.target(now) == 1000
+    # Without a per-key limit, claims leave it alone.
+    plain = Prefetch(cap=1000, slots=10)
+    plain.handed_over(5, False, now)
+    assert plain.keyed_cap == Prefetch.KEYED
+    small = Prefetch(cap=50, slots=10)  # a smaller cap still holds
+    small.keyed = True
+    small.handed_over(60, True, now)
+    assert small.keyed_cap == 50
+    small.handed_over(3, False, now)
+    small.handed_over(3, False, now)
+    assert small.keyed_cap == Prefetch.KEYED_LEAST
+    tiny = Prefetch(cap=10, slots=10)  # and the least is never more than the cap
+    tiny.keyed = True
+    tiny.handed_over(3, False, now)
+    assert tiny.keyed_cap == 10
+    none = Prefetch(cap=0, slots=10)
+    none.keyed = True
+    none.handed_over(10, True, now)
+    assert none.target(now) == 0

@@ -1,0 +1,13 @@
+-- Keyed claims under a per-key limit wait longer for their turn: claim_keyed() as in 0036 (same
+-- arguments).
+--
+-- Since 0034, a claim that starts while another claim of its queue runs waits for it, then
+-- goes on from where it left the cursor; one whose wait runs out starts after a point drawn at
+-- random, and walks keys the others hold (2 to 2.5 keys a job against 1.05). The wait was 5 ms
+-- at most. Workers now claim up to twice as many jobs at a time under a per-key limit (their
+-- buffer grows while claims fill), so a turn lasts longer: in the per-key benchmark's limit-1
+-- drain (1,000 keys, four worker processes, a loaded machine), 47% of the claims ran out of a
+-- 5 ms wait, 32% of a 20 ms one. Now it is 20 ms at most (aioqueue.keyed_claim_wait, for tests).
+
+-- claim_keyed() changes: functions/claim_keyed.sql.
+-- functions: c4c9f32e8010db9cb4bbc60017b3631e36e35c71f5a661f8fa7bd348ec55fa9c
