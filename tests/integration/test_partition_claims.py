@@ -372,9 +372,10 @@ async def test_a_keyed_claim_passes_over_a_key_with_no_job_due(q: aioqueue.Queue
 async def test_a_fair_claim_of_more_than_a_turn_a_key_goes_round_from_the_cursor(
     q: aioqueue.Queue, db: asyncpg.Connection
 ) -> None:
-    """Three keys, the cursor at b, a claim of 5: the keys after the cursor come first in every
-    turn (c, a, b, c, a), and the cursor stays at the key of the last job taken. (Until 0035 the
-    second turns went from the first key, a and b, and c got one.)"""
+    """Three keys, the cursor at b, a claim of 5: the share goes from the key after the cursor
+    round (c and a get two, b one: one take of two a key, in the order c, a, b), and the cursor
+    stays at b, the key of the take's last job. (Until 0035 the second turns went from the first
+    key, a and b, and c got one.)"""
 
     @q.task(queue="tenants")
     async def work() -> None:
