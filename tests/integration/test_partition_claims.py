@@ -405,3 +405,23 @@ async def test_a_fair_claim_past_the_cursor_with_no_job_due_takes_nothing(
         await work.options(partition_key=key, delay=3600).enqueue()
     await db.execute("UPDATE aioqueue.queues SET key_cursor = 'b' WHERE name = 'tenants'")
     assert await db.fetch(CLAIM, 5) == []
+
+
+async def test_a_fair_claim_that_wraps_round_stops_at_the_cursor(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    """A flood after the cursor and no key before it: the claim wraps round to the first key and
+    stops at the cursor, reading a few index entries, not every entry of the flood (until 0039
+    the wrapped pass's bound was a filter of its probe, which read the flood's entries to the
+    end of the level at every claim)."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", fair=True)
+    await work.options(partition_key="z").enqueue_many([{}] * 3000)
+    await db.execute("UPDATE aioqueue.queues SET key_cursor = 'm' WHERE name = 'tenants'")
+    async with db.transaction():
+        assert [r["partition_key"] for r in await db.fetch(CLAIM, 10)] == ["z"] * 10
+        read = await db.fetchval(
+            "SELECT pg_stat_get_xact_tuples_returned('aioqueue.jobs_partition_ready_idx'::regclass)")
+    assert 10 <= read < 100

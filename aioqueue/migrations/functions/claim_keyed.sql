@@ -263,7 +263,7 @@ BEGIN
                         CROSS JOIN LATERAL (
                             SELECT j.partition_key, j.id, j.run_at FROM {schema}.jobs AS j
                             WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
-                              AND j.priority = level AND j.partition_key > w.k AND (hi IS NULL OR j.partition_key <= hi)
+                              AND j.priority = level AND j.partition_key > w.k
                             ORDER BY j.partition_key, j.run_at, j.id LIMIT 1) AS x(k, id, run_at)
                         CROSS JOIN LATERAL (SELECT CASE
                             -- Its oldest job is not due: none of its jobs is ready.
@@ -286,7 +286,13 @@ BEGIN
                                 WHERE r.queue = q AND r.partition_key = x.k
                                   AND r.started_at > {schema}.now() - make_interval(secs => key_period)) <= 0 THEN false
                             ELSE pg_try_advisory_xact_lock(key_class, hashtext(q || '/' || x.k)) END) AS t(ok)
+                        -- A wrapped pass ends at the cursor (`hi`): tested on the key found, not in
+                        -- the probe, where the generic plan made it a filter, not a bound of the
+                        -- index scan: a probe past the last key before the cursor read every entry
+                        -- to the end of the level (a flood's, and those drained keys left until a
+                        -- vacuum: 101k buffers a claim). Tested here, before the key is locked.
                         WHERE w.n < walk_limit AND w.got < want - coalesce(cardinality(held), 0)
+                          AND (hi IS NULL OR x.k <= hi)
                     )
                     SELECT coalesce(array_agg(w.k ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
                            coalesce(array_agg(w.id ORDER BY w.n) FILTER (WHERE w.ok), '{}'),

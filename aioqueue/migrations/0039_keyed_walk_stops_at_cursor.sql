@@ -1,0 +1,11 @@
+-- A keyed claim's pass that went round to the first key stops at the cursor: claim_keyed() as
+-- in 0038 (same arguments).
+--
+-- The wrapped pass's bound (the cursor) was a filter of the walk's probe in its generic plan,
+-- not a bound of the index scan: when no key lay between the first key and the cursor, the
+-- probe read every entry after it to the end of the level (a flood's pending jobs, and the
+-- entries drained keys leave until a vacuum): 101k buffers a claim in the per-key benchmark's
+-- fair drain once only the flood was left. The bound is now tested on the key the probe found.
+
+-- claim_keyed() changes: functions/claim_keyed.sql.
+-- functions: 1efbe38e3339cd2348256c87e0e6239a22e6d1e5e3d52b8cbcfbd8c6310bd01f
