@@ -24,7 +24,10 @@ async def _peak_connections(dsn: str, db: asyncpg.Connection, body: Callable[[],
     ``dsn``'s database (neither ``db`` nor the sampler counted); return the most seen at once,
     and what ``body`` returned."""
     peak = 0
-    query = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> ALL($1::int[])"
+    # Client backends only: an autovacuum worker (on by default, as on the embedded server) or a
+    # parallel query's worker also shows the database's name, and is no connection of anyone's.
+    query = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+             " AND backend_type = 'client backend' AND pid <> ALL($1::int[])")
     sampler = await asyncpg.connect(dsn)
     mine = [sampler.get_server_pid(), db.get_server_pid()]
 
