@@ -147,7 +147,7 @@ class Prefetch:
             self._floor = 0
         if self.keyed:
             grown = self.keyed_cap + self.KEYED_STEP if full else self.keyed_cap // 2
-            self.keyed_cap = max(min(self.cap, self.KEYED_LEAST), min(self.cap, grown))
+            self.keyed_cap = min(self.cap, max(self.KEYED_LEAST, grown))
 
     def idle(self, now: float, ran: float = math.inf) -> None:
         """No handler is running at ``now``; ``ran``: seconds from the start of the first
