@@ -425,3 +425,41 @@ async def test_a_fair_claim_that_wraps_round_stops_at_the_cursor(q: aioqueue.Que
         read = await db.fetchval(
             "SELECT pg_stat_get_xact_tuples_returned('aioqueue.jobs_partition_ready_idx'::regclass)")
     assert 10 <= read < 100
+
+
+async def test_a_fair_claim_past_drained_keys_reads_their_entries_once(
+    q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
+) -> None:
+    """One key left after 1,000 drained keys that sort after it (the fair drain's flood-alone
+    state, before a vacuum): the claim's pass from the cursor reads the drained keys' index
+    entries to the end of the level, and its pass that wraps round stops at the cursor, where
+    until 0040 it probed past it, reading them all a second time."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", fair=True)
+    await work.options(partition_key="f").enqueue_many([{}] * 300)
+    await db.execute(
+        "INSERT INTO aioqueue.jobs (queue, task, args, partition_key) SELECT 'tenants', $1, '{}', 'k' || k"
+        " FROM generate_series(1, 3) AS j, generate_series(1000, 1999) AS k", work.name)
+    await db.execute("DELETE FROM aioqueue.jobs WHERE partition_key <> 'f'")
+    await db.execute("UPDATE aioqueue.queues SET key_cursor = 'f' WHERE name = 'tenants'")
+    blocks = "SELECT pg_stat_get_xact_blocks_fetched('aioqueue.jobs_partition_ready_idx'::regclass)"
+    conn = await asyncpg.connect(dsn)
+    try:
+        async with conn.transaction():
+            before = await conn.fetchval(blocks)
+            assert await conn.fetch(
+                "SELECT FROM aioqueue.jobs WHERE status = 'pending' AND partition_key IS NOT NULL"
+                " AND queue = 'tenants' AND priority = 0 AND partition_key > 'f'"
+                " ORDER BY queue, priority DESC, partition_key, run_at, id LIMIT 1") == []
+            drained = await conn.fetchval(blocks) - before  # one read of the drained keys' entries
+            before = await conn.fetchval(blocks)
+            assert [r["partition_key"] for r in await conn.fetch(CLAIM, 10)] == ["f"] * 10
+            read = await conn.fetchval(blocks) - before
+    finally:
+        await conn.close()
+    assert drained >= 20
+    assert read < drained + 10

@@ -163,7 +163,7 @@ BEGIN
         -- holds the lock of a queue before this one (two calls waiting for each other's queue
         -- would wait out their bounds), starts at a point drawn at random among the queue's
         -- keys (below), as every claim but one did before.
-        leader := (per_key IS NULL AND key_rate IS NULL)
+        leader := fair_only
                   OR pg_try_advisory_xact_lock(hashtext('{schema}.claim_keyed.leader'), hashtext(q));
         IF NOT leader AND NOT waited THEN
             waited := true;
@@ -181,7 +181,7 @@ BEGIN
                 SELECT s.key_cursor INTO start_key FROM {schema}.queues AS s WHERE s.name = q;
             END IF;
         END IF;
-        waited := waited OR (leader AND (per_key IS NOT NULL OR key_rate IS NOT NULL));
+        waited := waited OR (leader AND NOT fair_only);
         served := start_key;
         probes := 0;
         -- Keys passed over (at their limit, or with nothing ready) cost a probe each: enough
@@ -291,8 +291,13 @@ BEGIN
                         -- index scan: a probe past the last key before the cursor read every entry
                         -- to the end of the level (a flood's, and those drained keys left until a
                         -- vacuum: 101k buffers a claim). Tested here, before the key is locked.
+                        -- And once a wrapped pass reached the cursor, no probe past it: on the key
+                        -- before (a condition on `w` alone, tested before the probe runs), as a probe
+                        -- past the cursor reads the entries after it to the next key with a job, or
+                        -- to the end of the level (the killed entries of keys that drained, until a
+                        -- vacuum: ~1,000 buffers a claim behind 10,000 drained keys of 10).
                         WHERE w.n < walk_limit AND w.got < want - coalesce(cardinality(held), 0)
-                          AND (hi IS NULL OR x.k <= hi)
+                          AND (hi IS NULL OR x.k <= hi) AND (hi IS NULL OR w.k < hi)
                     )
                     SELECT coalesce(array_agg(w.k ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
                            coalesce(array_agg(w.id ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
@@ -404,13 +409,12 @@ BEGIN
                     -- Keys of the walk, in its order, a job each: no statement to count them.
                     served := pass_keys[cardinality(pass_keys)];
                     circle_keys := circle_keys + cardinality(pass_keys);
-                ELSIF cardinality(pass_ids) > 0 AND fair_only THEN
-                    -- The key of the last job taken: the pass went in the circle's order (from the
-                    -- cursor, round past the last key, for a pass of the whole circle).
-                    served := pass_keys[cardinality(pass_keys)];
-                    circle_keys := circle_keys + (SELECT count(DISTINCT x) FROM unnest(pass_keys) AS x);
                 ELSIF cardinality(pass_ids) > 0 THEN
-                    served := (SELECT max(x) FROM unnest(pass_keys) AS x);
+                    -- In a fair queue without limits, the key of the last job taken: the pass went
+                    -- in the circle's order (from the cursor, round past the last key, for a pass
+                    -- of the whole circle). Under a limit, the greatest key the pass took.
+                    served := CASE WHEN fair_only THEN pass_keys[cardinality(pass_keys)]
+                                   ELSE (SELECT max(x) FROM unnest(pass_keys) AS x) END;
                     circle_keys := circle_keys + (SELECT count(DISTINCT x) FROM unnest(pass_keys) AS x);
                 END IF;
                 IF fair_only THEN

@@ -1,0 +1,14 @@
+-- A keyed claim's pass that went round to the first key probes no key past the cursor:
+-- claim_keyed() as in 0039 (same arguments).
+--
+-- 0039 tested the wrapped pass's bound on the key each probe found; the walk still probed once
+-- past the cursor, and that probe read the index entries after it to the next key with a job.
+-- With no key after the cursor (the per-key benchmark's fair drain once only the flood, the
+-- first key, was left), that is to the end of the level: the killed entries of every key that
+-- drained, until a vacuum (~1,000 buffers behind 10,000 drained keys of 10), the first pass from
+-- the cursor having read them already. The walk now stops at the cursor without that probe.
+-- Tidied (no change in behaviour): the queue's turn and wait read fair_only; the cursor's move
+-- after a pass is one branch for fair and limited queues.
+
+-- claim_keyed() changes: functions/claim_keyed.sql.
+-- functions: 026243e50d1b36033887f6501fcf8ee8ddfe05c1e84dc253ca12efbd1c1a3e88
