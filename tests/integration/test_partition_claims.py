@@ -463,3 +463,25 @@ async def test_a_fair_claim_past_drained_keys_reads_their_entries_once(
         await conn.close()
     assert drained >= 20
     assert read < drained + 10
+
+
+async def test_a_fair_claim_takes_each_keys_job_in_its_walk(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
+    """A fair queue without limits, a claim of 100 over 200 keys: a turn of one job is the job
+    the walk found for its key, locked as it was found, one index probe a key (until 0041, a
+    statement after the walk probed each key again to take its job: twice as many entries)."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", fair=True)
+    await db.execute(
+        "INSERT INTO aioqueue.jobs (queue, task, args, partition_key) SELECT 'tenants', $1, '{}', 'k' || k"
+        " FROM generate_series(1, 2) AS j, generate_series(1000, 1199) AS k", work.name)
+    returned = "SELECT pg_stat_get_xact_tuples_returned('aioqueue.jobs_partition_ready_idx'::regclass)"
+    async with db.transaction():
+        before = await db.fetchval(returned)
+        taken = sorted(r["partition_key"] for r in await db.fetch(CLAIM, 100))
+        read = await db.fetchval(returned) - before
+    assert taken == [f"k{k}" for k in range(1000, 1100)]
+    assert 100 <= read <= 110

@@ -96,6 +96,7 @@ DECLARE
     fair_only   boolean;
     ring        text[] COLLATE "C";
     held        text[] COLLATE "C";
+    held_ids    bigint[];
     per_turn    int;
     circle_keys int;
     level       int;
@@ -231,6 +232,7 @@ BEGIN
             circle_keys := 0;
             ring := '{}';
             held := NULL;
+            held_ids := NULL;
             LOOP
                 EXIT levels WHEN want <= 0 OR probes >= max_probes;
                 -- A pass walks until it has as many keys with room as it wants (below), so it
@@ -245,6 +247,31 @@ BEGIN
                     -- lie until a vacuum (a whole flood's, in the flood's own order, a claim).
                     cand_keys := ring;
                     walk_keys := '{}';
+                ELSIF fair_only THEN
+                    -- A fair queue without limits: the walk takes each key's oldest job as it finds
+                    -- it (locked, SKIP LOCKED: a job another claim holds is passed over for the
+                    -- key's next one), so a turn of one job needs no statement of its own.
+                    WITH RECURSIVE walk(k, n, ok, got, id) AS (
+                        SELECT lo, 0, false, 0, NULL::bigint
+                        UNION ALL
+                        SELECT x.k, w.n + 1, x.run_at <= {schema}.now(),
+                               w.got + (x.run_at <= {schema}.now())::int, x.id
+                        FROM walk AS w
+                        CROSS JOIN LATERAL (
+                            SELECT j.partition_key, j.id, j.run_at FROM {schema}.jobs AS j
+                            WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
+                              AND j.priority = level AND j.partition_key > w.k
+                            ORDER BY j.partition_key, j.run_at, j.id LIMIT 1
+                            FOR UPDATE SKIP LOCKED) AS x(k, id, run_at)
+                        WHERE w.n < walk_limit AND w.got < want - coalesce(cardinality(held), 0)
+                          AND (hi IS NULL OR x.k <= hi) AND (hi IS NULL OR w.k < hi)
+                    )
+                    SELECT coalesce(array_agg(w.k ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
+                           coalesce(array_agg(w.id ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
+                           coalesce(array_agg(w.k ORDER BY w.n), '{}')
+                    INTO cand_keys, cand_ids, walk_keys
+                    FROM walk AS w
+                    WHERE w.n > 0;
                 ELSE
                     -- The keys in turn, one index probe each, and for each whether this claim may take
                     -- a job of it: a per-key limit leaves room in it (as this statement's snapshot
@@ -317,6 +344,7 @@ BEGIN
                     -- statements more, the first of them passing over every row of the flood
                     -- that another claim had just taken.
                     held := cand_keys;
+                    held_ids := cand_ids;
                     probes := probes + walked + 1;
                     wrapped := true;
                     lo := '';
@@ -324,6 +352,7 @@ BEGIN
                     CONTINUE;
                 ELSIF held IS NOT NULL THEN
                     cand_keys := held || cand_keys;
+                    cand_ids := held_ids || cand_ids;
                     held := NULL;
                     -- The whole circle, if it has a key with a job due (none: the claim takes nothing).
                     IF walked < walk_limit AND cardinality(cand_keys) BETWEEN 1 AND want - 1 THEN
@@ -342,6 +371,10 @@ BEGIN
                     pass_ids := cand_ids[1:want];
                     pass_keys := cand_keys[1:want];
                     found := found || pass_ids;
+                ELSIF fair_only AND circle = 1 AND per_turn = 1 THEN
+                    -- The walk's jobs, locked as it found them: a turn of one each.
+                    pass_ids := cand_ids[1:want];
+                    pass_keys := cand_keys[1:want];
                 ELSE
                     -- Each key's turn: as many jobs as the turn and its limit allow. A statement of its
                     -- own, after the walk, so its snapshot is taken after the keys were locked: it

@@ -1,0 +1,13 @@
+-- A fair queue's walk takes each key's job as it finds it: claim_keyed() as in 0040 (same
+-- arguments).
+--
+-- In a queue set fair=True without per-key limits, the walk's probe of each key locks the
+-- key's oldest pending job (FOR UPDATE SKIP LOCKED: one another claim holds is passed over for
+-- the key's next one), and a turn of one job (a claim that wants no more jobs than the keys it
+-- walked) is that job: no statement after the walk that probed each key again to take it. A
+-- turn of more than one job (few keys) is taken as before, the walk's job first. A job the walk
+-- locks but does not take (not due yet, or of a key past the cursor in a pass that wrapped
+-- round) stays pending; other claims pass it over until this one commits.
+
+-- claim_keyed() changes: functions/claim_keyed.sql.
+-- functions: e219239eed5e9a7c92b3925958cc379be9033d0a7004bdacdf8518833a7defdc
