@@ -175,44 +175,42 @@ class Runners:
             self._woken += 1
             most -= 1
 
-    async def _take(self) -> Job | None:
-        """The next job, waiting for one if none is queued; None once closed and empty."""
-        loop = asyncio.get_running_loop()
-        while not self._jobs:
-            if self._closed:
-                return None
-            future: asyncio.Future[None] = loop.create_future()
-            self._idle.append(future)
-            try:
-                await future
-            except BaseException:
-                if future.done() and not future.cancelled():
-                    # Woken, then cancelled before taking the job: pass the wake-up on.
-                    self._woken -= 1
-                    self._wake(1)
-                raise
-            self._woken -= 1
-            if self._jobs:
-                job = self._jobs.popleft()
-                self._wake(FAN_OUT)
-                return job
-        return self._jobs.popleft()
-
     async def _run(self) -> None:
         task = asyncio.current_task()  # the one an interruption of this runner's job cancels
         assert task is not None
+        loop = task.get_loop()
         executor = self._executor
         attempt = executor.attempt_of(task)
-        # Started for a job: take it (if another runner has not already) and pass the start on.
+        jobs = self._jobs
         self._unstarted.discard(task)
         self._woken -= 1
-        if self._jobs:
-            job: Job | None = self._jobs.popleft()
-            self._wake(FAN_OUT)
-        else:
-            job = await self._take()
+        # Started (or, below, woken) for a job: once it takes one, it passes the start on.
+        promised = True
         taken = 0
-        while job is not None:
+        while True:
+            if not jobs:
+                if self._closed:
+                    return
+                # Wait to be woken for a job, in this frame rather than in a coroutine of its own:
+                # while claims come slower than the handlers finish, a runner waits about once a
+                # job, and each wait's objects are alive across a claim for the collector to walk.
+                future: asyncio.Future[None] = loop.create_future()
+                self._idle.append(future)
+                try:
+                    await future
+                except BaseException:
+                    if future.done() and not future.cancelled():
+                        # Woken, then cancelled before taking the job: pass the wake-up on.
+                        self._woken -= 1
+                        self._wake(1)
+                    raise
+                self._woken -= 1
+                promised = True
+                continue  # another runner may have taken the job first
+            job = jobs.popleft()
+            if promised:
+                promised = False
+                self._wake(FAN_OUT)
             taken += 1
             begun = 0.0  # when its handler started (the executor's clock), if it did
             try:
@@ -241,4 +239,3 @@ class Runners:
                 self._completer.hurry()
             if taken % YIELD_EVERY == 0:
                 await asyncio.sleep(0)
-            job = self._jobs.popleft() if self._jobs else await self._take()
