@@ -77,15 +77,26 @@ class Executor:
         # Outcomes and stored steps so far, by WorkerStats field. A plain dict, not a Counter
         # (whose item assignment goes through a Python-level slot): one update per job.
         self.counts: dict[str, int] = {"succeeded": 0}
-        self.running: dict[ClaimKey, _Attempt] = {}
+        # The running attempts by job id, and apart those of a job whose id another attempt
+        # running here holds already (reaped, then claimed again while the first still runs):
+        # keyed by an int rather than by the claim, a tuple a job that would be alive, for the
+        # collector to walk, as long as its handler.
+        self._by_id: dict[int, _Attempt] = {}
+        self._more: list[_Attempt] = []
+
+    @property
+    def running(self) -> dict[ClaimKey, _Attempt]:
+        """The attempts running now, by claim (a new dict)."""
+        return {(job.id, job.attempt): a for a in [*self._by_id.values(), *self._more] if (job := a.job) is not None}
 
     def interrupt(self, claim: ClaimKey, reason: Interrupt) -> bool:
         """Cancel the running handler of ``claim``; return whether one was running."""
-        attempt = self.running.get(claim)
-        if attempt is None:
-            return False
-        attempt.cancel(reason)
-        return True
+        job_id, number = claim
+        for attempt in (self._by_id.get(job_id), *self._more):
+            if attempt is not None and (job := attempt.job) is not None and job.id == job_id and job.attempt == number:
+                attempt.cancel(reason)
+                return True
+        return False
 
     def interrupt_job(self, job_id: int, reason: Interrupt) -> int:
         """Cancel every running attempt of job ``job_id``; return how many."""
@@ -123,11 +134,11 @@ class Executor:
         if not task.fits(job.args) and (problem := task.arguments_problem(job.args)) is not None:
             self._fail(job, "dead", f"TypeError: {problem}", task=task, dead=True)
             return None
-        claim = (job.id, job.attempt)  # claim_of(job), without the call
         # The attempt begins: its record's fields set here rather than by a method (a call a job).
-        attempt.job, attempt.claim, attempt.started = job, claim, time.perf_counter()
+        attempt.job, attempt.started = job, time.perf_counter()
         attempt.interrupt, attempt.cancel_sent = None, False
-        self.running[claim] = attempt
+        if self._by_id.setdefault(job.id, attempt) is not attempt:
+            self._more.append(attempt)
         # Not reset when the handler ends: only the runner's own code runs in its context
         # until the next job replaces it, and a reset would build the context's map once more.
         # The set costs more than its map: under uvloop a fired timer (the handler's last sleep)
@@ -155,7 +166,10 @@ class Executor:
         job, started = attempt.job, attempt.started
         assert job is not None
         alone = not attempt.cancel_sent or attempt.taken_back()
-        del self.running[attempt.claim]
+        if (first := self._by_id.pop(job.id, None)) is not attempt:  # it was one of _more
+            if first is not None:
+                self._by_id[job.id] = first
+            self._more.remove(attempt)
         attempt.job = None
         written = stored_by(job)  # durable steps, sleeps and waits this run stored
         if written:

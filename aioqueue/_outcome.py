@@ -55,7 +55,6 @@ class _Attempt:
     task: asyncio.Task[Any]
     interrupt: Interrupt | None = None
     cancel_sent: bool = False
-    claim: tuple[int, int] = (0, 0)
     started: float = 0.0
 
     def cancel(self, reason: Interrupt) -> None:
