@@ -9,14 +9,15 @@ database.
 
 Who changes it: the producer takes claims (:meth:`Claims.take`); the worker's runners free a
 slot (:meth:`Claims.finished`) when a handler ends or an unstarted job is given back; claims are
-released (:meth:`Claims.release`) by the completer once their outcomes are written and by the
-heartbeat when it finds a lease lost. The executor, the cancel watch and the producer's
-capacity only read it.
+released by the completer once their outcomes are written (:meth:`Claims.release_written`) and
+by the heartbeat when it finds a lease lost (:meth:`Claims.release`). The executor, the cancel
+watch and the producer's capacity only read it.
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 import operator
 from collections.abc import Callable, Collection, Sequence
@@ -124,6 +125,17 @@ class Claims:
         # when its held attempt is one of these.
         attempt_of = self._attempt_of
         collections.deque(map(attempt_of.pop, map(_id_of_claim, attempt_of.items() & claims)), maxlen=0)
+
+    def release_written(self, ids: list[int], attempts: list[int]) -> None:
+        """Stop holding the claims ``zip(ids, attempts)``, whose outcomes are written."""
+        attempt_of = self._attempt_of
+        if list(map(attempt_of.get, ids)) == attempts:
+            # Every one held under that attempt, the common case: no tuple a claim, all in C.
+            # A claim may come twice (the server forgot the first, so its job was claimed again
+            # under the same attempt): its id then goes once.
+            collections.deque(map(attempt_of.pop, ids, itertools.repeat(None)), maxlen=0)
+        else:
+            self.release(list(zip(ids, attempts, strict=True)))
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ import anyio
 
 from ._claims import ClaimKey
 from ._job import Connection
-from ._outcome_batch import NO_RETRY, Batch, Failure
+from ._outcome_batch import NO_RETRY, Batch, Failure, Writing
 from ._progress import Reported
 from ._retry import Backoff
 from ._signal import Flag
@@ -85,7 +85,7 @@ class Completer:
         batch_size: int = 1000,
         interval: float = 0.002,
         max_backlog: int | None = None,
-        on_written: Callable[[list[ClaimKey]], None] = lambda claims: None,
+        on_written: Callable[[list[int], list[int]], None] = lambda ids, attempts: None,
         commit_mode: str | None = "off",
         progress_interval: float = 0.5,
     ) -> None:
@@ -96,9 +96,10 @@ class Completer:
         self.interval = interval
         self.max_backlog = max_backlog if max_backlog is not None else batch_size * 4
         self.on_written = on_written
+        """Called with the ids and attempts of the claims whose outcomes were written."""
         # Claims whose outcome is being written right now: the heartbeat must not take a job
         # that vanished under such a write for a lost lease.
-        self.writing: set[ClaimKey] = set()
+        self.writing = Writing()
         self._batch = Batch()
         self._ready = Flag()
         self._idle = Flag()
@@ -241,23 +242,29 @@ class Completer:
             # max_backlog gather, and one statement for them all holds their rows' locks longer.
             batch, self._batch = self._batch.split(self.batch_size)
             self._ready.clear()
-            claims = batch.claims()
-            stirs = len(batch) > len(batch.done_ids)  # failures, reschedules, cancels, suspends
-            self.writing.update(claims)
+            # The successes' ids and attempts, as the lists they are (a write replaces them in
+            # the batch once done), and the claims of the other outcomes (failures, reschedules,
+            # cancels, suspends), which may have made jobs ready.
+            ids, attempts, others = batch.done_ids, batch.done_attempts, batch.others()
+            stirs = bool(others)
+            writing = self.writing.add(ids, attempts, others)
             try:
                 stirs = await self._write(batch) or stirs
             except BaseException:
                 unwritten = set(batch.claims())
-                self.on_written([c for c in claims if c not in unwritten])
+                written = [c for c in (*zip(ids, attempts, strict=True), *others) if c not in unwritten]
+                self.on_written([c[0] for c in written], [c[1] for c in written])
                 self._merge_back(batch)
                 raise
             finally:
-                self.writing.difference_update(claims)
+                self.writing.discard(writing)
                 self._room.set()
             self.writes += 1
             if stirs:
                 self.stirs += 1
-            self.on_written(claims)
+            if others:
+                ids, attempts = ids + [c[0] for c in others], attempts + [c[1] for c in others]
+            self.on_written(ids, attempts)
         self._idle.set()
 
     async def flush_progress(self) -> None:

@@ -6,6 +6,7 @@ them and never writes: :mod:`aioqueue._completer` writes each kind with one stat
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Iterator
 
 from ._claims import ClaimKey
 from ._retry import Backoff
@@ -64,8 +65,11 @@ class Batch:
 
     def claims(self) -> list[ClaimKey]:
         """The (job id, attempt) of every outcome in the batch."""
+        return [*zip(self.done_ids, self.done_attempts, strict=True), *self.others()]
+
+    def others(self) -> list[ClaimKey]:
+        """The (job id, attempt) of every outcome in the batch but its successes."""
         return [
-            *zip(self.done_ids, self.done_attempts, strict=True),
             *((f.job_id, f.attempt) for f in self.failures),
             *((r[0], r[1]) for r in self.reschedules),
             *self.cancels,
@@ -81,3 +85,42 @@ class Batch:
         self.reschedules += later.reschedules
         self.cancels += later.cancels
         self.suspends += later.suspends
+
+
+class Writing(Collection[ClaimKey]):
+    """The claims whose outcomes the completer is writing now: the heartbeat reads it (their
+    rows may be gone under the write, and they are not lost). Kept as the parts each batch being
+    written started with (its successes' ids and attempts, the claims of its other outcomes),
+    not as a set of claims: a tuple a success, alive across the write, would be one more object
+    a job for the collector to walk. The set is made only when asked, which is rare."""
+
+    def __init__(self) -> None:
+        self._parts: list[tuple[list[int], list[int], list[ClaimKey]]] = []
+        self._set: set[ClaimKey] | None = None
+
+    def add(self, ids: list[int], attempts: list[int], others: list[ClaimKey]) -> object:
+        """Add the claims of a batch about to be written; return the token :meth:`discard` takes."""
+        part = (ids, attempts, others)
+        self._parts.append(part)
+        self._set = None
+        return part
+
+    def discard(self, token: object) -> None:
+        """Remove the claims :meth:`add` returned ``token`` for (their write has ended)."""
+        self._parts = [part for part in self._parts if part is not token]
+        self._set = None
+
+    def _claims(self) -> set[ClaimKey]:
+        if self._set is None:
+            parts = self._parts
+            self._set = {c for ids, attempts, others in parts for c in (*zip(ids, attempts, strict=True), *others)}
+        return self._set
+
+    def __contains__(self, claim: object) -> bool:
+        return claim in self._claims()
+
+    def __iter__(self) -> Iterator[ClaimKey]:
+        return iter(self._claims())
+
+    def __len__(self) -> int:
+        return len(self._claims())

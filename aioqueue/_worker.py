@@ -178,7 +178,7 @@ class Worker:
             batch_size=cfg.completion_batch,
             interval=cfg.completion_interval,
             max_backlog=max(cfg.completion_batch * 4, cfg.concurrency * 2),
-            on_written=claims.release,
+            on_written=claims.release_written,
             commit_mode=cfg.commit_mode,
         )
         executor = self.executor = Executor(self.app.tasks, self.app.middleware, completer)

@@ -377,7 +377,7 @@ async def test_a_flush_writes_at_most_batch_size_outcomes_a_statement(
     for job in jobs[20:]:
         completer.failed(job, "no", aioqueue.Backoff())
     written: list[int] = []
-    completer.on_written = lambda claims: written.append(len(claims))
+    completer.on_written = lambda ids, attempts: written.append(len(ids))
     await completer.flush()
     assert written == [10, 10, 5]  # 25 outcomes buffered at once, written 10 at a time
     rows = await db.fetch("SELECT status, count(*) FROM aioqueue.jobs GROUP BY status")

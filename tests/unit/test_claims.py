@@ -44,3 +44,23 @@ def test_a_newer_attempt_supersedes_the_one_held_and_the_old_release_keeps_it() 
     # Nothing of job 1 is held any more: a later attempt supersedes nothing.
     assert claims.take([job(1, attempt=4)]) == []
     assert claims.held() == [(1, 4)]
+
+
+def test_written_claims_are_released_by_ids_and_attempts_only_where_the_attempt_is_held() -> None:
+    claims = Claims()
+    claims.take([job(1), job(2), job(3)])
+    claims.release_written([1, 3], [1, 1])  # the common case: every one held under that attempt
+    assert claims.held() == [(2, 1)]
+    claims.take([job(2, attempt=2), job(5)])  # job 2 reaped and claimed again here
+    claims.release_written([2, 5, 9], [1, 1, 1])  # the old attempt of 2, and a claim never held
+    assert sorted(claims.held()) == [(2, 2)]
+
+
+def test_a_claim_written_twice_in_one_batch_is_released_once() -> None:
+    # A crash forgot a claim: its job was claimed again under the same attempt, by this same
+    # worker, and both runs' outcomes are written together.
+    claims = Claims()
+    claims.take([job(1), job(2)])
+    claims.take([job(1)])
+    claims.release_written([1, 2, 1], [1, 1, 1])
+    assert claims.held() == []
