@@ -241,6 +241,35 @@ async def test_a_claim_at_a_limit_of_one_checks_the_jobs_it_found_in_its_update(
     assert await most_running_of_one_key(db) == 1
 
 
+async def test_a_claim_at_a_limit_of_one_updates_the_rows_it_locked_by_address(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    """Under a per-key limit of 1, the UPDATE that marks the found jobs running finds the rows its
+    check locked by their addresses (a TID scan), not by a second descent of the primary key a
+    row (0041)."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", concurrency=1)
+    # Enough rows, and their statistics, that a scan of the table is not the cheaper plan.
+    for key in ("a", "b", "c"):
+        await work.options(partition_key=key).enqueue_many([{}] * 500)
+    await db.execute("ANALYZE aioqueue.jobs")
+    ran = await explain_nested(db, CLAIM, 3)
+    takes = [p for p in ran if str(p.get("Query Text", "")).lstrip().startswith("UPDATE")
+             and "unnest(found)" in str(p.get("Query Text", ""))]
+    assert len(takes) == 1, [p.get("Query Text") for p in ran]
+    read = [s for s in scans(takes[0], executed=True) if s.relation == "jobs"]
+    # The row's own read (Tid Scan), and inside the check: the primary key and the running index.
+    assert ("Tid Scan", None) in [(s.node_type, s.index_name) for s in read], read
+    assert sum(1 for s in read if s.index_name == "jobs_pkey") == 1, read
+    async with db.transaction():
+        assert sorted(r["partition_key"] for r in await db.fetch(CLAIM, 3)) == ["a", "b", "c"]
+    assert await most_running_of_one_key(db) == 1
+
+
 async def test_a_walk_counts_a_keys_jobs_only_under_the_limit_that_needs_them(
     q: aioqueue.Queue, db: asyncpg.Connection
 ) -> None:

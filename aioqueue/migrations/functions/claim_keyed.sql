@@ -519,29 +519,46 @@ BEGIN
             PERFORM {schema}.note_key_starts(q, picked_keys, seen_keys, key_rate, key_period);
         END IF;
     END LOOP;
-    RETURN QUERY
-    UPDATE {schema}.jobs AS j
-    SET status = 'running',
-        attempts = j.attempts + 1,
-        locked_at = {schema}.now(),
-        locked_by = $3,
-        lease_expires_at = {schema}.now() + make_interval(secs => $4)
-    -- And the jobs the walk found under a per-key limit of 1, if still pending and due and no
-    -- job of their key is running: this statement starts after every key's lock was held.
-    -- Each by primary key (as one = ANY, statistics of an emptied table make the ready index
-    -- look cheaper), its key probed once (as a NOT EXISTS, the planner would read every running
-    -- job of the table, in an anti-join).
-    WHERE j.id = ANY (picked || ARRAY(
-        SELECT c.id FROM unnest(found) AS f(id)
-        CROSS JOIN LATERAL (
-            SELECT c.id FROM {schema}.jobs AS c
-            WHERE c.id = f.id AND c.status = 'pending' AND c.run_at <= {schema}.now()
-              AND (SELECT count(*) FROM (
-                       SELECT FROM {schema}.jobs AS r
-                       WHERE r.status = 'running' AND r.partition_key = c.partition_key AND r.queue = c.queue
-                       LIMIT 1) AS r) = 0
-            FOR UPDATE SKIP LOCKED) AS c))
-    RETURNING j.id, j.queue, j.task, j.args::text, j.priority, j.attempts, j.max_attempts,
-              j.run_at, j.created_at;
+    IF cardinality(picked) > 0 THEN
+        RETURN QUERY
+        UPDATE {schema}.jobs AS j
+        SET status = 'running',
+            attempts = j.attempts + 1,
+            locked_at = {schema}.now(),
+            locked_by = $3,
+            lease_expires_at = {schema}.now() + make_interval(secs => $4)
+        WHERE j.id = ANY (picked)
+        RETURNING j.id, j.queue, j.task, j.args::text, j.priority, j.attempts, j.max_attempts,
+                  j.run_at, j.created_at;
+    END IF;
+    IF cardinality(found) > 0 THEN
+        -- The jobs the walk found under a per-key limit of 1, if still pending and due and no
+        -- job of their key is running: this statement starts after every key's lock was held.
+        -- Each by primary key (as one = ANY, statistics of an emptied table make the ready index
+        -- look cheaper), its key probed once (as a NOT EXISTS, the planner would read every
+        -- running job of the table, in an anti-join); then updated by the locked row's address
+        -- (a TID scan, not a second descent of the primary key: see claim_jobs). A row another
+        -- transaction changed after this statement's snapshot was locked in its new version,
+        -- which the UPDATE does not see: it is left pending, never claimed twice.
+        RETURN QUERY
+        UPDATE {schema}.jobs AS j
+        SET status = 'running',
+            attempts = j.attempts + 1,
+            locked_at = {schema}.now(),
+            locked_by = $3,
+            lease_expires_at = {schema}.now() + make_interval(secs => $4)
+        WHERE j.ctid = ANY (ARRAY(
+            SELECT c.ctid FROM unnest(found) AS f(id)
+            CROSS JOIN LATERAL (
+                SELECT c.ctid FROM {schema}.jobs AS c
+                WHERE c.id = f.id AND c.status = 'pending' AND c.run_at <= {schema}.now()
+                  AND (SELECT count(*) FROM (
+                           SELECT FROM {schema}.jobs AS r
+                           WHERE r.status = 'running' AND r.partition_key = c.partition_key AND r.queue = c.queue
+                           LIMIT 1) AS r) = 0
+                FOR UPDATE SKIP LOCKED) AS c))
+        RETURNING j.id, j.queue, j.task, j.args::text, j.priority, j.attempts, j.max_attempts,
+                  j.run_at, j.created_at;
+    END IF;
 END
 $$;

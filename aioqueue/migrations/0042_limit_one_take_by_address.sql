@@ -1,0 +1,16 @@
+-- Under a per-key limit of 1, the claim's UPDATE finds the rows it locked by their addresses:
+-- claim_keyed() as in 0041 (same arguments, same results).
+--
+-- The jobs the walk found were checked (still pending and due, no job of their key running) and
+-- locked by primary key, then found again for the UPDATE by primary key, a second descent of
+-- jobs_pkey per job. They are now found by ctid (a TID scan, as claim_jobs() since 0037): a
+-- locked row cannot move before the UPDATE, and one another transaction changed after the
+-- statement's snapshot (locked in a version that snapshot does not see) is left pending and
+-- claimed next time. Jobs without a key, which fill a limited queue's claim, are marked running
+-- by primary key in a statement of their own, as before. Callgrind of the server (the per-key
+-- benchmark's 1,000 keys x 8 at a limit of 1, eight sessions claiming 52 in turn and completing):
+-- 331.1k -> 326.5k instructions a claimed and completed job against 0041 (-1.4%); against 0039,
+-- 329.1k -> 325.2k, and 374.8k -> 370.8k when 30% of the claims miss their turn.
+
+-- claim_keyed() changes: functions/claim_keyed.sql.
+-- functions: bbbe6b6c6738f836a6c982d853569b294d1e0c82dbe012fbecf1f11e6f6b8686
