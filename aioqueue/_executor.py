@@ -92,19 +92,30 @@ class Executor:
     def interrupt(self, claim: ClaimKey, reason: Interrupt) -> bool:
         """Cancel the running handler of ``claim``; return whether one was running."""
         job_id, number = claim
-        for attempt in (self._by_id.get(job_id), *self._more):
-            if attempt is not None and (job := attempt.job) is not None and job.id == job_id and job.attempt == number:
+        for attempt in self._attempts_of(job_id):
+            if attempt.job is not None and attempt.job.attempt == number:
                 attempt.cancel(reason)
                 return True
         return False
 
     def interrupt_job(self, job_id: int, reason: Interrupt) -> int:
         """Cancel every running attempt of job ``job_id``; return how many."""
-        return sum(self.interrupt(claim, reason) for claim in list(self.running) if claim[0] == job_id)
+        attempts = self._attempts_of(job_id)
+        for attempt in attempts:
+            attempt.cancel(reason)
+        return len(attempts)
 
     def interrupt_all(self, reason: Interrupt) -> int:
         """Cancel every running handler; return how many."""
-        return sum(self.interrupt(claim, reason) for claim in list(self.running))
+        attempts = [a for a in [*self._by_id.values(), *self._more] if a.job is not None]
+        for attempt in attempts:
+            attempt.cancel(reason)
+        return len(attempts)
+
+    def _attempts_of(self, job_id: int) -> list[_Attempt]:
+        """The attempts of job ``job_id`` running now: found by its id, not by a walk of them all."""
+        return [a for a in (self._by_id.get(job_id), *self._more)
+                if a is not None and (job := a.job) is not None and job.id == job_id]
 
     def attempt_of(self, runner: asyncio.Task[Any]) -> _Attempt:
         """The record of the attempts the runner task ``runner`` runs, one at a time (see
