@@ -14,7 +14,7 @@ import aioqueue
 from aioqueue._config import WorkerConfig
 from aioqueue._producer import Producer
 from tests.support.helpers import eventually, running
-from tests.support.plans import explain_nested, scans
+from tests.support.plans import explain_nested, nodes, scans
 
 CLAIM = ("SELECT j.partition_key FROM aioqueue.claim_keyed(ARRAY['tenants'], ARRAY[$1::int], 'w', 30, $1::int, NULL)"
          " AS c JOIN aioqueue.jobs AS j ON j.id = c.id")
@@ -541,3 +541,32 @@ async def test_a_keyed_claim_reads_the_jobs_table_by_index_before_its_first_anal
     assert seq == [], seq
     async with db.transaction():
         assert sorted(r["partition_key"] for r in await db.fetch(CLAIM, 3)) == ["a", "b", "c"]
+
+
+async def test_a_short_keyed_claim_looks_up_again_only_the_jobs_without_a_key(
+    q: aioqueue.Queue, db: asyncpg.Connection
+) -> None:
+    """A claim at a per-key limit that comes up short fills its room with jobs without a key, read
+    from a window at the head of the queue's ready order: only the window's jobs without a key
+    are looked up again by primary key (to be locked), not every job of the window (0043: a
+    descent of jobs_pkey for each of the window's 202 jobs, to find 2)."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", concurrency=1)
+    await work.options(partition_key="a").enqueue_many([{}] * 200)
+    await work.enqueue_many([{}] * 2)  # behind the keyed ones, inside the window of 9 + 256
+    await db.execute("ANALYZE aioqueue.jobs")
+    ran = await explain_nested(db, CLAIM_IDS, 10)
+    fill = [p for p in ran if "partition_key IS NULL" in str(p.get("Query Text", ""))
+            and "LIMIT want + 256" in str(p.get("Query Text", ""))]
+    assert len(fill) == 1, [p.get("Query Text") for p in ran]
+    looked_up = sum(
+        int(n.get("Actual Rows", 0)) + int(n.get("Rows Removed by Filter", 0))
+        for n in nodes(fill[0]) if n.get("Index Name") == "jobs_pkey")
+    assert looked_up == 2, [(n["Node Type"], n.get("Index Name"), n.get("Actual Rows")) for n in nodes(fill[0])]
+    async with db.transaction():
+        taken = await db.fetch(CLAIM, 10)
+    assert sorted(r["partition_key"] or "" for r in taken) == ["", "", "a"]

@@ -1,0 +1,13 @@
+-- A keyed claim that comes up short looks up again only the jobs without a key of the window it
+-- fills its room from: claim_keyed() as in 0043 (same arguments, same results).
+--
+-- The window (the head of the queue's ready order, the room left + 256 jobs) was read from
+-- jobs_ready_idx alone, and each of its jobs looked up again by primary key to learn whether it
+-- had a key. In a queue of keyed jobs alone, a claim at a per-key limit that came up short (half
+-- of them in the per-key benchmark's limit-1 drain: the worker's batch grows until one does)
+-- descended jobs_pkey want + 256 times to find nothing: ~750 buffers, three times the window's
+-- own read. The window's rows now carry their key as it reads them (an index scan, each row's
+-- key beside its entry), and only those without one are looked up again, to be locked.
+
+-- claim_keyed() changes: functions/claim_keyed.sql.
+-- functions: 432feaccaf28e34e1493c557bd8c87451987741bfc27f209a2d61975ad051f01
