@@ -14,8 +14,10 @@
 -- next claim goes on from there): its cost follows the jobs claimed and the keys passed over,
 -- never the number of pending keys or jobs. In a fair queue without limits, a claim that wants
 -- more jobs than the circle has keys shares them in one take (want / keys each, from the cursor
--- round), and goes round again among the keys that gave a job, without walking them anew. Jobs
--- without a key fill the room keys leave, from the head of the queue's ready order.
+-- round), and goes round again among the keys that gave a job, without walking them anew; a
+-- pass after the cursor that found no key is skipped by the session's next claims for a
+-- bounded time while no job is added (see below). Jobs without a key fill the room keys leave,
+-- from the head of the queue's ready order.
 --
 -- Claims of one queue run side by side (without a global limit, the caller does not lock the
 -- queue's settings row), and a per-key limit holds by a lock per key: a job of a key is taken
@@ -92,6 +94,20 @@ DECLARE
     cand_ids    bigint[];
     -- And how many jobs each of them may give in its turn (its room, at most the turn).
     cand_room   int[];
+    -- In a fair queue without limits, the place of each key's job in the index (its run_at; the
+    -- id is cand_ids'), from which its turn reads: none before it is this claim's to take.
+    cand_runs   timestamptz[];
+    held_runs   timestamptz[];
+    -- A fair queue's tail (see below): this session's note that no key after a key had a job
+    -- pending at a level, as of a value of the job ids' sequence and until a time; the
+    -- sequence's value and the time before this claim's first pass; whether it skips that pass.
+    tail        text[];
+    head_key    text COLLATE "C";
+    head_run    timestamptz;
+    head_id     bigint;
+    tail_seq    bigint;
+    tail_at     timestamptz;
+    tail_skip   boolean;
     circle      int;
     -- A fair queue without limits (fair_only): the keys that gave a job in this circle, in the
     -- order it served them; and the keys a first pass found after the cursor, their turns left
@@ -194,9 +210,12 @@ BEGIN
         below := 2147483647;
         <<levels>>
         LOOP
-            SELECT j.priority INTO level FROM {schema}.jobs AS j
+            -- The level, and its first entry in the keyed index: its first key's oldest pending
+            -- job, where a fair queue's pass from the first key starts (below).
+            SELECT j.priority, j.partition_key, j.run_at, j.id INTO level, head_key, head_run, head_id
+            FROM {schema}.jobs AS j
             WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q AND j.priority <= below
-            ORDER BY j.priority DESC LIMIT 1;
+            ORDER BY j.priority DESC, j.partition_key, j.run_at, j.id LIMIT 1;
             EXIT levels WHEN level IS NULL;
             IF NOT leader AND below = 2147483647 THEN
                 -- Not the leader: start after a point between the first and the last key at the
@@ -236,6 +255,7 @@ BEGIN
             ring := '{}';
             held := NULL;
             held_ids := NULL;
+            held_runs := NULL;
             LOOP
                 EXIT levels WHEN want <= 0 OR probes >= max_probes;
                 -- A pass walks until it has as many keys with room as it wants (below), so it
@@ -249,32 +269,77 @@ BEGIN
                     -- last one probe the rest of the level, where a drained key's index entries
                     -- lie until a vacuum (a whole flood's, in the flood's own order, a claim).
                     cand_keys := ring;
+                    cand_runs := NULL;
                     walk_keys := '{}';
                 ELSIF fair_only THEN
-                    -- A fair queue without limits: the walk takes each key's oldest job as it finds
-                    -- it (locked, SKIP LOCKED: a job another claim holds is passed over for the
-                    -- key's next one), so a turn of one job needs no statement of its own.
-                    WITH RECURSIVE walk(k, n, ok, got, id) AS (
-                        SELECT lo, 0, false, 0, NULL::bigint
-                        UNION ALL
-                        SELECT x.k, w.n + 1, x.run_at <= {schema}.now(),
-                               w.got + (x.run_at <= {schema}.now())::int, x.id
+                    tail_seq := NULL;
+                    tail_skip := false;
+                    IF circle = 1 AND NOT wrapped AND start_key IS NOT NULL THEN
+                        -- The pass from the cursor: once only keys before it have jobs (a flood,
+                        -- the first key, after the others drained), it reads every index entry
+                        -- after the cursor to the end of the level, which the drained keys' jobs
+                        -- left there until a vacuum (~1,000 pages behind 10,000 keys of 10), at
+                        -- every claim. A pass that found no key notes it for this session, with
+                        -- the job ids' sequence as it was before the pass; the next claims skip
+                        -- the pass while the sequence has not moved (no job was added since: a
+                        -- job added and committed since is found at once) and for a bounded time
+                        -- (aioqueue.fair_tail_bound, 100 ms: a job that goes back to pending, by
+                        -- a retry or an expired lease, or whose adding transaction had not
+                        -- committed, is found by the first claim after it). Real time, not the
+                        -- queue's clock: a test's frozen clock would keep the note for ever.
+                        SELECT s.last_value, clock_timestamp() INTO tail_seq, tail_at FROM {schema}.jobs_id_seq AS s;
+                        tail := nullif(current_setting('aioqueue.fair_tail', true), '')::text[];
+                        tail_skip := coalesce(tail[1] = '{schema}' AND tail[2] = q AND tail[3] = level::text
+                                     AND tail[4] = tail_seq::text AND start_key >= (tail[5] COLLATE "C")
+                                     AND tail_at < tail[6]::timestamptz, false);
+                    END IF;
+                    IF tail_skip THEN
+                        cand_keys := '{}';
+                        cand_ids := '{}';
+                        cand_runs := '{}';
+                        walk_keys := '{}';
+                    ELSE
+                        -- A fair queue without limits: the walk takes each key's oldest job as it finds
+                        -- it (locked, SKIP LOCKED: a job another claim holds is passed over for the
+                        -- key's next one), so a turn of one job needs no statement of its own. Each
+                        -- probe reads from the entry after the key before (a key's entries are in
+                        -- the order of their run_at and id); a pass from the first key, from the
+                        -- level's first pending entry, as the level's statement found it: the
+                        -- entries before it, taken jobs' (a flood's drained part, until a vacuum),
+                        -- are read once a claim, not again here.
+                        WITH RECURSIVE walk(k, n, ok, got, id, run_at) AS (
+                            SELECT lo, 0, false, 0, NULL::bigint, NULL::timestamptz
+                            UNION ALL
+                            SELECT x.k, w.n + 1, x.run_at <= {schema}.now(),
+                                   w.got + (x.run_at <= {schema}.now())::int, x.id, x.run_at
+                            FROM walk AS w
+                            CROSS JOIN LATERAL (
+                                SELECT j.partition_key, j.id, j.run_at FROM {schema}.jobs AS j
+                                WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
+                                  AND j.priority = level
+                                  AND (j.partition_key, j.run_at, j.id)
+                                      > (CASE WHEN w.n = 0 AND lo = '' THEN head_key ELSE w.k END,
+                                         CASE WHEN w.n = 0 AND lo = '' THEN head_run ELSE 'infinity' END,
+                                         CASE WHEN w.n = 0 AND lo = '' THEN head_id - 1 ELSE 9223372036854775807 END)
+                                ORDER BY j.partition_key, j.run_at, j.id LIMIT 1
+                                FOR UPDATE SKIP LOCKED) AS x(k, id, run_at)
+                            WHERE w.n < walk_limit AND w.got < want - coalesce(cardinality(held), 0)
+                              AND (hi IS NULL OR x.k <= hi) AND (hi IS NULL OR w.k < hi)
+                        )
+                        SELECT coalesce(array_agg(w.k ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
+                               coalesce(array_agg(w.id ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
+                               coalesce(array_agg(w.run_at ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
+                               coalesce(array_agg(w.k ORDER BY w.n), '{}')
+                        INTO cand_keys, cand_ids, cand_runs, walk_keys
                         FROM walk AS w
-                        CROSS JOIN LATERAL (
-                            SELECT j.partition_key, j.id, j.run_at FROM {schema}.jobs AS j
-                            WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
-                              AND j.priority = level AND j.partition_key > w.k
-                            ORDER BY j.partition_key, j.run_at, j.id LIMIT 1
-                            FOR UPDATE SKIP LOCKED) AS x(k, id, run_at)
-                        WHERE w.n < walk_limit AND w.got < want - coalesce(cardinality(held), 0)
-                          AND (hi IS NULL OR x.k <= hi) AND (hi IS NULL OR w.k < hi)
-                    )
-                    SELECT coalesce(array_agg(w.k ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
-                           coalesce(array_agg(w.id ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
-                           coalesce(array_agg(w.k ORDER BY w.n), '{}')
-                    INTO cand_keys, cand_ids, walk_keys
-                    FROM walk AS w
-                    WHERE w.n > 0;
+                        WHERE w.n > 0;
+                        IF tail_seq IS NOT NULL AND cardinality(walk_keys) = 0 THEN
+                            PERFORM set_config('aioqueue.fair_tail', ARRAY[
+                                '{schema}', q, level::text, tail_seq::text, start_key,
+                                (tail_at + coalesce(nullif(current_setting('aioqueue.fair_tail_bound', true), ''),
+                                                    '100ms')::interval)::text]::text, false);
+                        END IF;
+                    END IF;
                 ELSE
                     -- The keys in turn, one index probe each, and for each whether this claim may take
                     -- a job of it: a per-key limit leaves room in it (as this statement's snapshot
@@ -335,6 +400,7 @@ BEGIN
                     INTO cand_keys, cand_ids, walk_keys
                     FROM walk AS w
                     WHERE w.n > 0;
+                    cand_runs := NULL;
                 END IF;
                 walked := cardinality(walk_keys);
                 last_key := walk_keys[walked];
@@ -348,6 +414,7 @@ BEGIN
                     -- that another claim had just taken.
                     held := cand_keys;
                     held_ids := cand_ids;
+                    held_runs := cand_runs;
                     probes := probes + walked + 1;
                     wrapped := true;
                     lo := '';
@@ -356,6 +423,7 @@ BEGIN
                 ELSIF held IS NOT NULL THEN
                     cand_keys := held || cand_keys;
                     cand_ids := held_ids || cand_ids;
+                    cand_runs := held_runs || cand_runs;
                     held := NULL;
                     -- The whole circle, if it has a key with a job due (none: the claim takes nothing).
                     IF walked < walk_limit AND cardinality(cand_keys) BETWEEN 1 AND want - 1 THEN
@@ -419,14 +487,21 @@ BEGIN
                         SELECT coalesce(array_agg(t.id), '{}'), coalesce(array_agg(t.k), '{}')
                         INTO pass_ids, pass_keys
                         FROM (SELECT k.k, c.id
-                              FROM unnest(cand_keys, cand_room) AS k(k, room)
+                              FROM unnest(cand_keys, cand_room, cand_runs, cand_ids) AS k(k, room, first_run, first_id)
                               CROSS JOIN LATERAL (
                                   SELECT c.id FROM {schema}.jobs AS c
                                   -- The key as a range of one, in the keyed index's order: an order no
                                   -- other index gives without a sort, whatever the statistics say (an
                                   -- equality would drop the key from the order, and statistics of few
-                                  -- keys make one key look like the whole queue).
-                                  WHERE c.status = 'pending' AND c.partition_key >= k.k AND c.partition_key <= k.k
+                                  -- keys make one key look like the whole queue). In a fair queue's
+                                  -- first circle, from the job the walk found and locked for the key:
+                                  -- the jobs before it were taken, or locked by other claims, as the
+                                  -- walk saw them, and their entries (the taken ones' until a vacuum:
+                                  -- a flood's whole drained part) are not read a second time.
+                                  WHERE c.status = 'pending' AND c.partition_key <= k.k
+                                    AND (c.partition_key, c.run_at, c.id)
+                                        >= (k.k, coalesce(k.first_run, '-infinity'),
+                                            CASE WHEN k.first_run IS NULL THEN 0 ELSE k.first_id END)
                                     AND c.queue = q AND c.priority = level AND c.run_at <= {schema}.now()
                                     AND c.id <> ALL (picked)
                                   ORDER BY c.partition_key, c.run_at, c.id

@@ -1,0 +1,19 @@
+-- A fair queue's claim reads fewer killed index entries once one key is left: claim_keyed() as in
+-- 0044 (same arguments, same results but for the bounded wait below).
+--
+-- With only keys before the cursor pending (the per-key benchmark's flood, its first key, after
+-- the small keys drained), each claim's pass from the cursor read every index entry after it to
+-- the end of the level: the drained keys' killed entries, until a vacuum (~1,000 pages a claim
+-- behind 10,000 keys of 10). A pass that finds no key now notes it in the session (the setting
+-- aioqueue.fair_tail) with the job ids' sequence value read before it; the session's next claims
+-- skip that pass while the sequence has not moved, for 100 ms at most (aioqueue.fair_tail_bound):
+-- a job added since is found at once; one that goes back to pending after the cursor (a retry,
+-- an expired lease) or whose adding transaction had not committed waits that bound at most.
+-- Real time bounds the note (clock_timestamp(), not the queue's clock a test may freeze). And the
+-- level's statement returns its first pending entry in the keyed index, where a fair claim's
+-- pass from the first key starts, and a turn of more than one job reads the key's jobs from the
+-- one the walk found and locked: the first key's taken jobs' entries (a flood's drained part)
+-- are read once a claim, where they were read three times.
+
+-- claim_keyed() changes: functions/claim_keyed.sql.
+-- functions: 3866223a3712f24ab4f9113ecd2d151969395f353d2bc64e7f3b721d657ff892
