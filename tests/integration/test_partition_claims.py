@@ -182,14 +182,14 @@ async def test_a_claim_waits_for_the_claim_before_it_and_goes_on_where_it_left_t
     assert await most_running_of_one_key(db) == 1
 
 
-async def test_a_claim_waits_up_to_twenty_milliseconds_for_its_turn(
+async def test_a_claim_waits_up_to_sixty_milliseconds_for_its_turn(
     q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
 ) -> None:
-    """Under a per-key limit, a claim waits for the claim before it 20 ms at most (the session's
-    default; 0036 waited 5 ms: on a loaded machine the claims queued behind two others ran out
-    of it, and a third to a half of them walked at random), then starts at random. The other
-    claim here holds the queue's claim lock for as long as the test runs: the claim returns only
-    once its wait ran out, as in the first test of the two above."""
+    """Under a per-key limit, a claim waits for the claim before it 60 ms at most (the session's
+    default; 0036 waited 5 ms, 0038 to 0045 20 ms: on a loaded machine the claims queued behind
+    two others ran out of it, and those walked at random, past keys the others held), then
+    starts at random. The other claim here holds the queue's claim lock for as long as the test
+    runs: the claim returns only once its wait ran out, as in the first test of the two above."""
 
     await two_jobs_of_a_and_z_keys(q)
     other = await asyncpg.connect(dsn)
@@ -210,7 +210,7 @@ async def test_a_claim_waits_up_to_twenty_milliseconds_for_its_turn(
             waited = time.monotonic() - started
     finally:
         await other.close()
-    assert waited >= 0.019, waited
+    assert waited >= 0.059, waited
     assert taken == ["z-01", "z-02", "z-03"]
 
 

@@ -30,7 +30,7 @@
 -- fewer). Workers of releases before 0022 still lock the queue's row
 -- first; they take turns among themselves and hold the per-key locks like the others. Under a
 -- per-key limit (of concurrency or rate), one claim at a time starts from the cursor and moves
--- it; a claim that starts while it runs waits for it, 20 milliseconds at most, and then
+-- it; a claim that starts while it runs waits for it, 60 milliseconds at most, and then
 -- goes on from where it left the cursor; one whose wait runs out starts at a point of the
 -- circle drawn at random and leaves the cursor alone (following the first, it would find every
 -- key it passed locked). The cursor moves unless a concurrent claim holds the queue's row,
@@ -143,11 +143,13 @@ DECLARE
     -- the machine's scheduler put aside would stall every other one; shorter, a claim queued
     -- behind two others runs out of it: at 5 ms, in the per-key benchmark's limit-1 drain on a
     -- loaded machine, 30 to 38% of the claims of 50 jobs started at random, and 47% once the
-    -- workers' claims were of 100 (a turn holds twice as long), against 32% at 20 ms; the
-    -- session may set aioqueue.keyed_claim_wait, as the tests do); the caller's lock_timeout,
-    -- put back after.
+    -- workers' claims were of 100 (a turn holds twice as long), against 32% at 20 ms; and
+    -- once claims were of ~150 (the buffer grown), at a load of 2 to 6, they walked 1.2 to 1.66
+    -- keys a job at 20 ms, 1.0 to 1.22 at 60 ms, where the server spent 13 to 22% less CPU a
+    -- job; the session may set aioqueue.keyed_claim_wait, as the tests do); the caller's
+    -- lock_timeout, put back after.
     waited      boolean := false;
-    claim_wait  text := coalesce(nullif(current_setting('aioqueue.keyed_claim_wait', true), ''), '20ms');
+    claim_wait  text := coalesce(nullif(current_setting('aioqueue.keyed_claim_wait', true), ''), '60ms');
     lock_bound  text;
     -- The first and last keys at the level, the first character at which they differ, and the
     -- codes of theirs there: the range a start point is drawn from.

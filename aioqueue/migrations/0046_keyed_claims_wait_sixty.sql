@@ -1,0 +1,15 @@
+-- Keyed claims under a per-key limit wait longer for their turn: claim_keyed() as in 0045 (same
+-- arguments, same results).
+--
+-- Since 0038, a claim that starts while another claim of its queue runs waits for it 20 ms at
+-- most, then goes on from where it left the cursor; one whose wait runs out starts after a point
+-- drawn at random and walks keys the others hold or served a round ago. Workers' claims have
+-- grown to ~150 jobs under a per-key limit (their buffer finds its size), so a turn lasts
+-- longer and a claim queued behind two others ran out of 20 ms: in the per-key benchmark's
+-- limit-1 drain (1,000 keys, four worker processes, load 2 to 6), claims walked 1.2 to 1.66 keys
+-- a job at 20 ms, 1.0 to 1.22 at 60 ms, where the server spent 13 to 22% less CPU and 8 to 13%
+-- fewer buffers a job (the drain's rate did not move beyond its noise). Now it is 60 ms at most
+-- (aioqueue.keyed_claim_wait, for tests): a claim whose turn follows a stalled one waits that long.
+
+-- claim_keyed() changes: functions/claim_keyed.sql.
+-- functions: 511f5543200ccd8879a3aee46491f234f3846e54f5f672f28796d8a5e1949806
