@@ -1,0 +1,21 @@
+-- A fair queue's claim skips its pass after the cursor (0045) only if none of the newest jobs is
+-- pending after the cursor: claim_keyed() as in 0046 (same arguments, same results but for the
+-- bounded wait, which fewer jobs pay).
+--
+-- The session's note that no key after the cursor has a job held while the job ids' sequence had
+-- not moved since the value read before the pass. A job whose adding transaction took its id
+-- before that read and committed after the pass began was not seen by the pass, and the
+-- sequence does not move again for it; nor a job that another claim held locked during the pass
+-- and left pending (a walk locks, not due, a job added after its own transaction began). Both
+-- waited for the next job added or the 100 ms bound: in the per-key benchmark's small keys'
+-- arrival (a batch every 50 ms), one batch in three or four, which raised the small keys' first
+-- start p99. A claim about to skip now first reads the newest 64 ids up to the noted value (a
+-- range of jobs_pkey: a page or two once a flood drained them) and runs the pass if one of them
+-- is pending after the cursor at the level.
+--
+-- And the jobs a keyed claim took (locked by its walk, its takes or the fill of jobs without a
+-- key) are marked running by their rows' addresses (a TID scan), as a per-key limit of 1's
+-- have been since 0042, not by a descent of jobs_pkey each.
+
+-- claim_keyed() changes: functions/claim_keyed.sql.
+-- functions: 13f39ed79da24148e6736b0ca528dfbbbc74dbe6b5c4a47b8a4b154e2f2cdc90
