@@ -10,6 +10,7 @@ import anyio
 import asyncpg
 
 import aioqueue
+from tests.support.helpers import add_keyed_jobs
 
 CLAIM = ("SELECT c.id, j.partition_key FROM aioqueue.claim_keyed(ARRAY['tenants'], ARRAY[$1::int], 'w', 30, $1::int,"
          " NULL) AS c JOIN aioqueue.jobs AS j ON j.id = c.id ORDER BY c.id")
@@ -28,9 +29,7 @@ async def flood_alone(q: aioqueue.Queue, db: asyncpg.Connection) -> None:
 
     await q.set_key_limits("tenants", fair=True)
     await work.options(partition_key="f").enqueue_many([{}] * 3300)
-    await db.execute(
-        "INSERT INTO aioqueue.jobs (queue, task, args, partition_key) SELECT 'tenants', $1, '{}', 'k' || k"
-        " FROM generate_series(1, 3) AS j, generate_series(1000, 1999) AS k", work.name)
+    await add_keyed_jobs(db, work.name, range(1000, 2000), 3)
     await db.execute(
         "DELETE FROM aioqueue.jobs WHERE partition_key <> 'f'"
         " OR id < (SELECT min(id) + 3000 FROM aioqueue.jobs WHERE partition_key = 'f')")

@@ -7,6 +7,7 @@ import asyncpg
 import pytest
 
 import aioqueue
+from tests.support.helpers import add_keyed_jobs
 
 CLAIM_IDS = "SELECT c.id FROM aioqueue.claim_keyed(ARRAY['tenants'], ARRAY[$1::int], 'w', 30, $1::int, NULL) AS c"
 PKEY = "SELECT pg_stat_get_xact_tuples_returned('aioqueue.jobs_pkey'::regclass)"
@@ -25,9 +26,7 @@ async def test_a_fair_claim_reads_no_primary_key_entry(
         pass
 
     await q.set_key_limits("tenants", fair=True)
-    await db.execute(
-        "INSERT INTO aioqueue.jobs (queue, task, args, partition_key) SELECT 'tenants', $1, '{}', 'k' || k"
-        " FROM generate_series(1, $3) AS j, generate_series(1, $2) AS k", work.name, keys, per_key)
+    await add_keyed_jobs(db, work.name, range(1, keys + 1), per_key)
     await db.execute("ANALYZE aioqueue.jobs")
     async with db.transaction():
         before = await db.fetchval(PKEY)

@@ -13,7 +13,7 @@ import asyncpg
 import aioqueue
 from aioqueue._config import WorkerConfig
 from aioqueue._producer import Producer
-from tests.support.helpers import eventually, running
+from tests.support.helpers import add_keyed_jobs, eventually, running
 from tests.support.plans import explain_nested, nodes, scans
 
 CLAIM = ("SELECT j.partition_key FROM aioqueue.claim_keyed(ARRAY['tenants'], ARRAY[$1::int], 'w', 30, $1::int, NULL)"
@@ -470,9 +470,7 @@ async def test_a_fair_claim_past_drained_keys_reads_their_entries_once(
 
     await q.set_key_limits("tenants", fair=True)
     await work.options(partition_key="f").enqueue_many([{}] * 300)
-    await db.execute(
-        "INSERT INTO aioqueue.jobs (queue, task, args, partition_key) SELECT 'tenants', $1, '{}', 'k' || k"
-        " FROM generate_series(1, 3) AS j, generate_series(1000, 1999) AS k", work.name)
+    await add_keyed_jobs(db, work.name, range(1000, 2000), 3)
     await db.execute("DELETE FROM aioqueue.jobs WHERE partition_key <> 'f'")
     await db.execute("UPDATE aioqueue.queues SET key_cursor = 'f' WHERE name = 'tenants'")
     blocks = "SELECT pg_stat_get_xact_blocks_fetched('aioqueue.jobs_partition_ready_idx'::regclass)"
@@ -504,9 +502,7 @@ async def test_a_fair_claim_takes_each_keys_job_in_its_walk(q: aioqueue.Queue, d
         pass
 
     await q.set_key_limits("tenants", fair=True)
-    await db.execute(
-        "INSERT INTO aioqueue.jobs (queue, task, args, partition_key) SELECT 'tenants', $1, '{}', 'k' || k"
-        " FROM generate_series(1, 2) AS j, generate_series(1000, 1199) AS k", work.name)
+    await add_keyed_jobs(db, work.name, range(1000, 1200), 2)
     returned = "SELECT pg_stat_get_xact_tuples_returned('aioqueue.jobs_partition_ready_idx'::regclass)"
     async with db.transaction():
         before = await db.fetchval(returned)

@@ -197,3 +197,12 @@ async def prune_archive(conn: Any, sql: str, retention: float, batch: int) -> tu
     row = await conn.fetchrow(sql, retention, batch)
     assert row is not None
     return int(row["dropped"]), int(row["deleted"])
+
+
+async def add_keyed_jobs(db: asyncpg.Connection, task: str, keys: range, per_key: int) -> None:
+    """``per_key`` jobs of ``task`` in queue 'tenants' for each key ``'k' || n``, ``n`` in ``keys``,
+    by one INSERT (as a SQL enqueue does): the first of every key, then the second, and so on."""
+    await db.execute(
+        "INSERT INTO aioqueue.jobs (queue, task, args, partition_key) SELECT 'tenants', $1, '{}', 'k' || k"
+        " FROM generate_series(1, $2) AS j, generate_series($3::int, $4::int) AS k",
+        task, per_key, keys.start, keys.stop - 1)
