@@ -198,3 +198,21 @@ async def test_a_job_back_to_pending_past_the_cursor_is_claimed_once_the_bound_r
     finally:
         await conn.close()
     assert taken[-1] == "z" and len(taken) < 300  # the flood had 300 pending
+
+
+async def test_a_bound_of_zero_set_at_connect_turns_the_skip_off(
+    q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
+) -> None:
+    """`aioqueue.fair_tail_bound` set to `0` among a connection's server settings (what a queue's
+    `connect_kwargs={"server_settings": {...}}` gives every connection it opens, as the per-key
+    page says): no pass is skipped, and a job back to pending past the cursor has its turn in
+    the next claim."""
+    await flood_alone(q, db)
+    await running_past_the_cursor(db)
+    conn = await asyncpg.connect(dsn, server_settings={"aioqueue.fair_tail_bound": "0"})
+    try:
+        assert (await claim(conn, 10))[0] == ["f"] * 10
+        await back_to_pending(db)
+        assert "z" in (await claim(conn, 10))[0]
+    finally:
+        await conn.close()
