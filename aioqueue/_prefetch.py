@@ -67,8 +67,8 @@ class Prefetch:
     """Time constants (seconds) of the rate's average when it rises and when it falls (and of
     the fading of the floor)."""
 
-    __slots__ = ("_at", "_bursting", "_busy", "_finished", "_floor", "_floor_at", "_full", "cap", "handler_time",
-                 "keyed", "keyed_cap", "rate", "round_trip", "slots")
+    __slots__ = ("_at", "_bursting", "_busy", "_finished", "_floor", "_floor_at", "_full", "_short_at", "cap",
+                 "handler_time", "keyed", "keyed_cap", "rate", "round_trip", "slots")
 
     @classmethod
     def default_cap(cls, slots: int) -> int:
@@ -113,6 +113,7 @@ class Prefetch:
         self._floor_at = self._at
         self._full: tuple[int, float] | None = None  # the last claim's size and hand-over, if full
         self._bursting = False  # the last claim got all it asked for: a burst is being claimed
+        self._short_at: float | None = None  # since when a keyed refill has been held back (see too_small)
 
     def finished(self, total: int, now: float, busy: float = 0.0) -> None:
         """Jobs finished so far were ``total`` at ``now``, their handlers having taken ``busy``
@@ -143,6 +144,7 @@ class Prefetch:
         ``keyed``, the buffer's most is halved; a full one grows it: see ``keyed_cap``)."""
         self._full = (jobs, now) if full else None
         self._bursting = full
+        self._short_at = None
         if not full:
             self._floor = 0
         if self.keyed:
@@ -174,6 +176,27 @@ class Prefetch:
             growth = self.MARGIN * min(self.MARGIN, self.round_trip / max(took, 1e-9))
             self._floor = min(self.cap, max(self.floor(now), int(jobs * growth)))
             self._floor_at = now
+
+    def too_small(self, free: int, active: int, now: float, batch: int = LARGEST) -> bool:
+        """Whether a claim of ``free`` jobs, with ``active`` handlers still running, is too
+        small for a claim under a per-key limit (``keyed``) and should wait for more room: less
+        than ``KEYED_LEAST`` (or :meth:`most`, or ``batch``, if fewer). Every such claim takes the
+        queue's turn, which the other workers' claims wait for, and a turn costs about as much
+        for 4 jobs as for 40 (its statement's own share, and the plans of a connection's first
+        claims). It waits only while the jobs are quicker than a claim (or not yet timed), and a
+        round trip at most from the first time it was held back: slots that free more slowly
+        (long jobs) are refilled as they free."""
+        if (not self.keyed or not active or self.handler_time > self.round_trip
+                or free >= min(self.KEYED_LEAST, self.most(now), batch)):
+            self._short_at = None
+            return False
+        if self._short_at is None:
+            self._short_at = now
+        return now - self._short_at < self.round_trip
+
+    def short_wait(self, now: float) -> float:
+        """Seconds left of the wait :meth:`too_small` allows (0 when none is under way)."""
+        return 0.0 if self._short_at is None else max(0.0, self._short_at + self.round_trip - now)
 
     def floor(self, now: float) -> int:
         """The buffer the handlers running dry asked for, faded since."""

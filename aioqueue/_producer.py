@@ -94,6 +94,7 @@ class Producer:
         self._held: tuple[Connection, contextlib.AsyncExitStack] | None = None  # see _hold
         # Seconds the last claim spent re-reading those settings: no part of a claim's round trip.
         self._limits_took = 0.0
+        self._too_small = False  # the last _should_wait held back a keyed claim too small for a turn
 
     # -- steering ------------------------------------------------------------------------------
 
@@ -126,12 +127,16 @@ class Producer:
         return min(free, sum(per_queue)), per_queue
 
     def _should_wait(self, free: int) -> bool:
+        self._too_small = False
         if free <= 0:
             return True
         # Below a worthwhile refill (half the buffer), wait for more room only while jobs in
         # hand keep us busy: a buffer refills in large claims rather than one job at a time.
         cfg, pace = self.config, self.prefetch
         if free < min(cfg.claim_batch, pace.target() // 2, pace.most()) and self.claims.active:
+            return True
+        if self._slots is None and pace.too_small(free, self.claims.active, time.monotonic(), cfg.claim_batch):
+            self._too_small = True
             return True
         return self.completer is not None and not self.completer.has_room()
 
@@ -140,7 +145,20 @@ class Producer:
             await self.completer.wait_for_room(self.config.poll_interval)
             return
         self.claims.freed.clear()
-        await self.claims.freed.wait(self.config.poll_interval)
+        wait = self.config.poll_interval
+        if self._too_small:  # a round trip at most (see Prefetch.too_small)
+            wait = min(wait, self.prefetch.short_wait(time.monotonic()))
+        await self.claims.freed.wait(wait)
+
+    def _keep_connection(self) -> bool:
+        """Whether to keep the claim connection while the producer waits a moment for its next
+        claim under a per-key limit (for more room, while the jobs in hand are quicker than a
+        claim or not yet timed; or, in a burst, after a short claim), while the pool has another
+        free for anyone else. A connection that has not claimed yet plans the keyed claim's
+        statements inside the queue's turn, which every worker's claim waits for; and the pool
+        lends a connection given back to its next taker, most often the completer."""
+        pace = self.prefetch
+        return pace.keyed and self._pool_has_room() and (self._too_small or pace.handler_time <= pace.round_trip)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -168,14 +186,18 @@ class Producer:
             while not self._stopping:
                 free, per_queue = self.capacity()
                 if self._should_wait(free):
-                    if not await self._let_go():  # (giving it back takes loop turns: handlers may finish)
+                    # Kept, or not held: wait. Given back: look again (giving it back takes loop
+                    # turns, in which handlers may finish).
+                    if self._keep_connection() or not await self._let_go():
                         await self._wait_for_capacity()
                     continue
                 writes = self.completer.writes if self.completer is not None else 0
                 stirs = self.completer.stirs if self.completer is not None else 0
                 finished = self.claims.finished_total
                 jobs = await self._claim_with_retry(free, per_queue, hand_over)
-                if len(jobs) < free or not self._pool_has_room():  # no claim at once, or one may wait for it
+                # No claim at once (a burst's keyed claims keep it: the next follows as soon as it
+                # may find jobs), or one may wait for it.
+                if (len(jobs) < free and not (burst and self._keep_connection())) or not self._pool_has_room():
                     if jobs:  # the runners first: giving the connection back runs until its first await
                         await anyio.lowlevel.checkpoint()
                     await self._let_go()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 
+import pytest
+
 import aioqueue
 from aioqueue._claims import Claims
 from aioqueue._prefetch import Prefetch
@@ -266,3 +268,42 @@ def test_under_a_per_key_limit_the_buffer_grows_while_claims_fill_and_halves_whe
     none.keyed = True
     none.handed_over(10, True, now)
     assert none.target(now) == 0
+
+
+def test_under_a_per_key_limit_a_claim_too_small_for_a_turn_waits_a_round_trip_at_most() -> None:
+    # Every keyed claim takes the queue's turn, which the other workers' claims wait for: while
+    # handlers run, a refill of fewer than KEYED_LEAST jobs (or the slots and buffer, if fewer)
+    # waits for more room, but never more than a round trip from the first time it waited.
+    pace = Prefetch(cap=1000, slots=10)
+    pace.claimed(0.02)
+    now = pace._at
+    assert not pace.too_small(4, active=6, now=now)  # no per-key limit: claim what is free
+    pace.keyed = True
+    assert not pace.too_small(4, active=0, now=now)  # nothing running: nothing to wait for
+    assert pace.too_small(4, active=6, now=now)  # the slots and buffer: 10
+    assert pace.short_wait(now + 0.005) == pytest.approx(0.015)
+    assert pace.too_small(7, active=3, now=now + 0.015)
+    assert not pace.too_small(7, active=3, now=now + 0.021)  # a round trip: claim the 7
+    assert pace.short_wait(now + 0.021) == 0.0
+    assert not pace.too_small(10, active=3, now=now)  # room for the slots and buffer
+    assert pace.too_small(9, active=3, now=now, batch=10)
+    assert not pace.too_small(5, active=3, now=now, batch=5)  # the most a claim may take
+    # With a buffer (fast jobs), KEYED_LEAST is the least worth a turn.
+    for step in range(1, 50):
+        pace.finished(1000 * step, pace._at + 0.02, busy=0.02 * step)
+    now = pace._at
+    assert pace.target(now) == Prefetch.KEYED
+    assert pace.too_small(Prefetch.KEYED_LEAST - 1, active=50, now=now)
+    assert not pace.too_small(Prefetch.KEYED_LEAST, active=50, now=now)
+    # Jobs longer than a claim: their slots free no sooner for waiting.
+    slow = Prefetch(cap=1000, slots=10)
+    slow.keyed = True
+    slow.claimed(0.02)
+    slow.finished(0, slow._at)
+    slow.finished(5, slow._at + 1.0, busy=5.0)  # 1-s jobs
+    assert not slow.too_small(5, active=5, now=slow._at)
+    # A claim handed over starts the clock again.
+    pace.too_small(5, active=50, now=now)
+    pace.handed_over(5, False, now + 0.01)
+    assert pace.short_wait(now + 0.01) == 0.0
+    assert pace.too_small(5, active=50, now=now + 0.03)

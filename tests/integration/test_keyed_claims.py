@@ -1,0 +1,48 @@
+"""Claims under a per-key limit, as a worker makes them: each takes the queue's turn, which every
+worker's keyed claim waits for, so a worker makes none too small for it and keeps the connection
+whose plans are made."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import aioqueue
+from aioqueue._producer import Producer
+
+
+async def test_under_a_per_key_limit_a_worker_claims_no_small_refills_on_one_connection(
+    q: aioqueue.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await q.set_key_limits("default", concurrency=1)
+    claims: list[tuple[int, int, int]] = []  # (jobs asked for, handlers running, server pid)
+    claim = Producer.claim
+
+    async def recorded(self: Producer, limit: int, *args: Any, **kwargs: Any) -> Any:
+        conn = args[2] if len(args) > 2 else kwargs.get("conn")
+        claims.append((limit, self.claims.active, conn.get_server_pid() if conn is not None else 0))
+        return await claim(self, limit, *args, **kwargs)
+
+    monkeypatch.setattr(Producer, "claim", recorded)
+    worker = q.worker(concurrency=10)
+
+    @q.task(name="keyed_quick")
+    async def quick(n: int) -> None:
+        await anyio.lowlevel.checkpoint()
+
+    async with q.connection() as conn:
+        await conn.execute(
+            "INSERT INTO aioqueue.jobs (queue, task, args, partition_key) "
+            "SELECT 'default', $1, jsonb_build_object('n', g), 'key-' || (g % 500) "
+            "FROM generate_series(1, $2) AS g", "keyed_quick", 3000)
+    with anyio.fail_after(60):
+        assert (await worker.run_until_empty()).succeeded == 3000
+    # While handlers ran, no claim asked for fewer jobs than the slots (before: the slots that
+    # had freed so far, 4 of 10 at the second claim), and every claim ran on one connection
+    # (before: the pool lent the one given back while the producer waited to the completer,
+    # and the next claim went to a connection that had never planned one).
+    assert not [c for c in claims if c[1] and c[0] < 10], claims
+    assert len({c[2] for c in claims}) == 1, claims
