@@ -234,19 +234,20 @@ async def test_a_claim_at_a_limit_of_one_checks_the_jobs_it_found_in_its_update(
     ran = await explain_nested(db, CLAIM, 3)
     texts = [str(p.get("Query Text", "")) for p in ran]
     # The claim's own statement, and inside the function: the commit mode, the queue's settings,
-    # the level, the walk, the cursor and the UPDATE (0031: 11).
-    assert len(ran) <= 7, texts
+    # the level, the walk, the cursor, the UPDATE and the read of the rows it marked (0031: 11;
+    # 0032 to 0047: 7, the UPDATE returned them, but locked each row first).
+    assert len(ran) <= 8, texts
     async with db.transaction():
         assert sorted(r["partition_key"] for r in await db.fetch(CLAIM, 3)) == ["a", "c", "d"]
     assert await most_running_of_one_key(db) == 1
 
 
-async def test_a_claim_at_a_limit_of_one_updates_the_rows_it_locked_by_address(
+async def test_a_claim_at_a_limit_of_one_marks_the_jobs_where_its_walk_found_them(
     q: aioqueue.Queue, db: asyncpg.Connection
 ) -> None:
-    """Under a per-key limit of 1, the UPDATE that marks the found jobs running finds the rows its
-    check locked by their addresses (a TID scan), not by a second descent of the primary key a
-    row (0041)."""
+    """Under a per-key limit of 1, the UPDATE that marks the found jobs running reads each row at
+    the address the walk read it at (a TID scan) and locks none first: no descent of the
+    primary key and no row lock (a WAL record) a job, as until 0048."""
 
     @q.task(queue="tenants")
     async def work() -> None:
@@ -258,16 +259,79 @@ async def test_a_claim_at_a_limit_of_one_updates_the_rows_it_locked_by_address(
         await work.options(partition_key=key).enqueue_many([{}] * 500)
     await db.execute("ANALYZE aioqueue.jobs")
     ran = await explain_nested(db, CLAIM, 3)
-    takes = [p for p in ran if str(p.get("Query Text", "")).lstrip().startswith("UPDATE")
-             and "unnest(found)" in str(p.get("Query Text", ""))]
+    takes = [p for p in ran if str(p.get("Query Text", "")).lstrip().startswith("WITH t AS")
+             and "UPDATE" in str(p.get("Query Text", ""))]
     assert len(takes) == 1, [p.get("Query Text") for p in ran]
     read = [s for s in scans(takes[0], executed=True) if s.relation == "jobs"]
-    # The row's own read (Tid Scan), and inside the check: the primary key and the running index.
+    # The rows' own read (Tid Scan), and inside the check: the running index.
     assert ("Tid Scan", None) in [(s.node_type, s.index_name) for s in read], read
-    assert sum(1 for s in read if s.index_name == "jobs_pkey") == 1, read
+    assert {s.index_name for s in read} == {None, "jobs_partition_running_idx"}, read
+    assert all(n["Node Type"] != "LockRows" for n in nodes(takes[0])), takes[0]
     async with db.transaction():
         assert sorted(r["partition_key"] for r in await db.fetch(CLAIM, 3)) == ["a", "b", "c"]
     assert await most_running_of_one_key(db) == 1
+
+
+async def test_a_claim_at_a_limit_of_one_passes_over_a_job_another_transaction_holds(
+    q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
+) -> None:
+    """Another transaction holds the row of key b's oldest job (an operator's statement, a
+    cancel under way) for as long as it likes: the claim, which marks the jobs its walk found
+    without locking them first, waits for the row 10 ms at most, then takes them each locked
+    first and passes over the held one. It takes a's and c's jobs at once, b's stays pending and
+    is taken once the row is free, and no key ever runs two."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", concurrency=1)
+    for key in ("a", "b", "c"):
+        await work.options(partition_key=key).enqueue_many([{}] * 2)
+    held = await db.fetchval("SELECT min(id) FROM aioqueue.jobs WHERE partition_key = 'b'")
+    holder = await asyncpg.connect(dsn)
+    try:
+        async with holder.transaction():
+            await holder.execute("SELECT FROM aioqueue.jobs WHERE id = $1 FOR UPDATE", held)
+            with anyio.fail_after(10):
+                taken = sorted(r["partition_key"] for r in await db.fetch(CLAIM, 3))
+            assert taken == ["a", "c"]
+            assert await db.fetchval("SELECT status FROM aioqueue.jobs WHERE id = $1", held) == "pending"
+    finally:
+        await holder.close()
+    assert [r["id"] for r in await db.fetch(CLAIM_IDS, 3)] == [held]
+    assert await most_running_of_one_key(db) == 1
+
+
+async def test_claims_at_a_limit_of_one_side_by_side_never_run_two_jobs_of_a_key(
+    q: aioqueue.Queue, db: asyncpg.Connection, dsn: str
+) -> None:
+    """Claims of three sessions at once, round after round, some of them the queue's leader and
+    the others (their wait for it cut to a millisecond) starting at random, while jobs finish in
+    between: no key ever has two jobs running. The leader marks the jobs its walk found without
+    locking their rows first; a claim that starts at random holds the keys it takes, as the
+    leader does, and checks their running jobs once it holds them."""
+
+    @q.task(queue="tenants")
+    async def work() -> None:
+        pass
+
+    await q.set_key_limits("tenants", concurrency=1)
+    await add_keyed_jobs(db, work.name, range(1, 31), 8)
+    sessions = [await asyncpg.connect(dsn, server_settings={"aioqueue.keyed_claim_wait": "1ms"})
+                for _ in range(3)]
+    try:
+        for _ in range(25):
+            async with anyio.create_task_group() as tg:
+                for session in sessions:
+                    tg.start_soon(session.fetch, CLAIM_IDS, 7)
+            assert await most_running_of_one_key(db) == 1
+            # Half the running jobs finish: their keys come round again.
+            await db.execute("DELETE FROM aioqueue.jobs WHERE id IN (SELECT id FROM aioqueue.jobs"
+                             " WHERE status = 'running' ORDER BY random() LIMIT 10)")
+    finally:
+        for session in sessions:
+            await session.close()
 
 
 async def test_a_walk_counts_a_keys_jobs_only_under_the_limit_that_needs_them(

@@ -95,7 +95,8 @@ DECLARE
     -- walk found it (the job a turn of one takes, unless another claim took it since).
     cand_ids    bigint[];
     -- And where each of those jobs lies (its row's address, ctid): a job this claim locked stays
-    -- there until it commits, and is marked running by it (a TID scan, no descent of jobs_pkey).
+    -- there until it commits, and is marked running by it (a TID scan, no descent of jobs_pkey);
+    -- under a limit of 1, where the walk read it (marked running there if still pending).
     cand_tids   tid[];
     -- And how many jobs each of them may give in its turn (its room, at most the turn).
     cand_room   int[];
@@ -139,8 +140,10 @@ DECLARE
     picked      bigint[] := '{}';
     picked_tids tid[] := '{}';
     -- Under a per-key limit of 1 (and no key rate), the jobs the walk found for the keys it
-    -- locked, taken at the end if still pending and their key still idle (see below).
-    found       bigint[] := '{}';
+    -- locked, by their rows' addresses as the walk read them, taken at the end if still pending
+    -- and their key still idle (see below); and the addresses of those it took.
+    found       tid[] := '{}';
+    taken       tid[];
     picked_keys text[] COLLATE "C" := '{}';
     -- Whether this claim holds the queue's turn (see below): only such a claim starts from the
     -- cursor and moves it.
@@ -158,6 +161,7 @@ DECLARE
     waited      boolean := false;
     claim_wait  text := coalesce(nullif(current_setting('aioqueue.keyed_claim_wait', true), ''), '60ms');
     lock_bound  text;
+    row_wait    text;
     -- The first and last keys at the level, the first character at which they differ, and the
     -- codes of theirs there: the range a start point is drawn from.
     first_key   text COLLATE "C";
@@ -380,17 +384,18 @@ BEGIN
                     -- claim wants (`got`): keys after those have no turn in this pass, and the next
                     -- pass, or claim, starts after the last key walked. The CASE keeps the lock last:
                     -- a key is locked only if it has room.
-                    WITH RECURSIVE walk(k, n, ok, got, id) AS (
-                        SELECT lo, 0, false, 0, NULL::bigint  -- where the pass starts: not a key of it
+                    WITH RECURSIVE walk(k, n, ok, got, id, tid) AS (
+                        SELECT lo, 0, false, 0, NULL::bigint, NULL::tid  -- where the pass starts: not a key of it
                         UNION ALL
-                        SELECT x.k, w.n + 1, t.ok, w.got + t.ok::int, x.id
+                        SELECT x.k, w.n + 1, t.ok, w.got + t.ok::int, x.id, x.tid
                         FROM walk AS w
-                        -- The next key, and its first entry at the level: its oldest pending job.
+                        -- The next key, and its first entry at the level: its oldest pending job
+                        -- (and where its row lies: a turn of one takes it there).
                         CROSS JOIN LATERAL (
-                            SELECT j.partition_key, j.id, j.run_at FROM {schema}.jobs AS j
+                            SELECT j.partition_key, j.id, j.run_at, j.ctid FROM {schema}.jobs AS j
                             WHERE j.status = 'pending' AND j.partition_key IS NOT NULL AND j.queue = q
                               AND j.priority = level AND j.partition_key > w.k
-                            ORDER BY j.partition_key, j.run_at, j.id LIMIT 1) AS x(k, id, run_at)
+                            ORDER BY j.partition_key, j.run_at, j.id LIMIT 1) AS x(k, id, run_at, tid)
                         CROSS JOIN LATERAL (SELECT CASE
                             -- Its oldest job is not due: none of its jobs is ready.
                             WHEN x.run_at > {schema}.now() THEN false
@@ -427,8 +432,9 @@ BEGIN
                     )
                     SELECT coalesce(array_agg(w.k ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
                            coalesce(array_agg(w.id ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
+                           coalesce(array_agg(w.tid ORDER BY w.n) FILTER (WHERE w.ok), '{}'),
                            coalesce(array_agg(w.k ORDER BY w.n), '{}')
-                    INTO cand_keys, cand_ids, walk_keys
+                    INTO cand_keys, cand_ids, cand_tids, walk_keys
                     FROM walk AS w
                     WHERE w.n > 0;
                     cand_runs := NULL;
@@ -474,7 +480,7 @@ BEGIN
                     -- recount would have.
                     pass_ids := cand_ids[1:want];
                     pass_keys := cand_keys[1:want];
-                    found := found || pass_ids;
+                    found := found || cand_tids[1:want];
                 ELSIF fair_only AND circle = 1 AND per_turn = 1 THEN
                     -- The walk's jobs, locked as it found them: a turn of one each.
                     pass_ids := cand_ids[1:want];
@@ -661,32 +667,66 @@ BEGIN
     END IF;
     IF cardinality(found) > 0 THEN
         -- The jobs the walk found under a per-key limit of 1, if still pending and due and no
-        -- job of their key is running: this statement starts after every key's lock was held.
-        -- Each by primary key (as one = ANY, statistics of an emptied table make the ready index
-        -- look cheaper), its key probed once (as a NOT EXISTS, the planner would read every
-        -- running job of the table, in an anti-join); then updated by the locked row's address
-        -- (a TID scan, not a second descent of the primary key: see claim_jobs). A row another
-        -- transaction changed after this statement's snapshot was locked in its new version,
-        -- which the UPDATE does not see: it is left pending, never claimed twice.
-        RETURN QUERY
-        UPDATE {schema}.jobs AS j
-        SET status = 'running',
-            attempts = j.attempts + 1,
-            locked_at = {schema}.now(),
-            locked_by = $3,
-            lease_expires_at = {schema}.now() + make_interval(secs => $4)
-        WHERE j.ctid = ANY (ARRAY(
-            SELECT c.ctid FROM unnest(found) AS f(id)
-            CROSS JOIN LATERAL (
-                SELECT c.ctid FROM {schema}.jobs AS c
-                WHERE c.id = f.id AND c.status = 'pending' AND c.run_at <= {schema}.now()
+        -- job of their key is running: this statement starts after every key's lock was held
+        -- (its key probed once: as a NOT EXISTS, the planner would read every running job of the
+        -- table, in an anti-join). Each at the address the walk read it at (a TID scan, where an
+        -- id costs a descent of jobs_pkey), and not locked first: no other claim takes a job of
+        -- a key this one holds; a row changed since this statement's snapshot is checked again
+        -- in its new version (EvalPlanQual), and one changed before it is not seen at its old
+        -- address: left pending, never claimed twice. A row that another transaction holds (a
+        -- cancel, an operator's statement) is waited for, 10 ms at most: then the block's
+        -- subtransaction undoes what it did, and the jobs are taken each locked first, a held
+        -- one passed over (SKIP LOCKED), as before 0048: a descent of jobs_pkey and a row lock
+        -- (a WAL record) a job more.
+        lock_bound := current_setting('lock_timeout');
+        BEGIN
+            row_wait := set_config('lock_timeout', '10ms', true);
+            WITH t AS (
+                UPDATE {schema}.jobs AS j
+                SET status = 'running',
+                    attempts = j.attempts + 1,
+                    locked_at = {schema}.now(),
+                    locked_by = $3,
+                    lease_expires_at = {schema}.now() + make_interval(secs => $4)
+                -- The status check written so that the ready indexes' predicate does not match
+                -- it: a generic plan made with statistics of an emptied table read one of them
+                -- whole (150,000 rows in the plan tests) in place of the rows' addresses.
+                WHERE j.ctid = ANY (found) AND (j.status = 'pending') IS TRUE AND j.run_at <= {schema}.now()
                   AND (SELECT count(*) FROM (
                            SELECT FROM {schema}.jobs AS r
-                           WHERE r.status = 'running' AND r.partition_key = c.partition_key AND r.queue = c.queue
+                           WHERE r.status = 'running' AND r.partition_key = j.partition_key AND r.queue = j.queue
                            LIMIT 1) AS r) = 0
-                FOR UPDATE SKIP LOCKED) AS c))
-        RETURNING j.id, j.queue, j.task, j.args::text, j.priority, j.attempts, j.max_attempts,
-                  j.run_at, j.created_at;
+                RETURNING j.ctid)
+            SELECT coalesce(array_agg(t.ctid), '{}') INTO taken FROM t;
+        EXCEPTION WHEN lock_not_available THEN
+            WITH t AS (
+                UPDATE {schema}.jobs AS j
+                SET status = 'running',
+                    attempts = j.attempts + 1,
+                    locked_at = {schema}.now(),
+                    locked_by = $3,
+                    lease_expires_at = {schema}.now() + make_interval(secs => $4)
+                WHERE j.ctid = ANY (ARRAY(
+                    SELECT c.ctid FROM unnest(found) AS f(tid)
+                    CROSS JOIN LATERAL (
+                        SELECT c.ctid FROM {schema}.jobs AS c
+                        WHERE c.ctid = f.tid AND (c.status = 'pending') IS TRUE AND c.run_at <= {schema}.now()
+                          AND (SELECT count(*) FROM (
+                                   SELECT FROM {schema}.jobs AS r
+                                   WHERE r.status = 'running' AND r.partition_key = c.partition_key
+                                     AND r.queue = c.queue
+                                   LIMIT 1) AS r) = 0
+                        FOR UPDATE SKIP LOCKED) AS c))
+                RETURNING j.ctid)
+            SELECT coalesce(array_agg(t.ctid), '{}') INTO taken FROM t;
+        END;
+        row_wait := set_config('lock_timeout', lock_bound, true);
+        -- The rows as this claim left them (by their new addresses: its own, locked to its end).
+        RETURN QUERY
+        SELECT j.id, j.queue, j.task, j.args::text, j.priority, j.attempts, j.max_attempts,
+               j.run_at, j.created_at
+        FROM {schema}.jobs AS j
+        WHERE j.ctid = ANY (taken);
     END IF;
 END
 $$;
