@@ -4,6 +4,7 @@ whose plans are made."""
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import anyio
@@ -41,8 +42,13 @@ async def test_under_a_per_key_limit_a_worker_claims_no_small_refills_on_one_con
     with anyio.fail_after(60):
         assert (await worker.run_until_empty()).succeeded == 3000
     # While handlers ran, no claim asked for fewer jobs than the slots (before: the slots that
-    # had freed so far, 4 of 10 at the second claim), and every claim ran on one connection
+    # had freed so far, 4 of 10 at the second claim), and the claims ran on one connection
     # (before: the pool lent the one given back while the producer waited to the completer,
-    # and the next claim went to a connection that had never planned one).
+    # and the next claim went to a connection that had never planned one: 9 to 14 claims of 44
+    # to 66 on a second one). A connection is kept only while the jobs are quicker than a claim,
+    # as the worker measures both: on a machine loaded many times over (CI running two suites
+    # at once) a handler's time can pass a round trip's for a moment, and a claim or two then
+    # goes to another connection.
     assert not [c for c in claims if c[1] and c[0] < 10], claims
-    assert len({c[2] for c in claims}) == 1, claims
+    most = collections.Counter(c[2] for c in claims).most_common(1)[0][1]
+    assert most >= len(claims) - 2, claims
