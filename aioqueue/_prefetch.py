@@ -39,6 +39,13 @@ class Prefetch:
     constant unless the handlers run dry again, and is dropped once a claim finds fewer jobs
     than it asked for. A job still running, or jobs that took longer than that, keep it from
     growing: long jobs never fill a buffer.
+
+    While handlers run, the rate the buffer follows is also at least their pace now: the
+    handlers running over the time one takes (Little's law again), which the finishing count
+    reaches only after a few of its time constants. A burst of 10 ms jobs at 1,000 slots read
+    a few thousand jobs a second for its first 30 ms, every slot busy, and was claimed slot by
+    slot as they freed (claims of 1 to 186 jobs) until the rate caught up. Not under a per-key
+    limit (``keyed``), whose buffer grows by claims that fill (see ``keyed_cap``).
     """
 
     DEFAULT = 1000
@@ -68,7 +75,7 @@ class Prefetch:
     the fading of the floor)."""
 
     __slots__ = ("_at", "_bursting", "_busy", "_finished", "_floor", "_floor_at", "_full", "_short_at", "cap",
-                 "handler_time", "keyed", "keyed_cap", "rate", "round_trip", "slots")
+                 "handler_time", "keyed", "keyed_cap", "rate", "round_trip", "running", "slots")
 
     @classmethod
     def default_cap(cls, slots: int) -> int:
@@ -106,6 +113,9 @@ class Prefetch:
         slower to fall."""
         self.round_trip = 0.0
         """Seconds one claim takes (estimate)."""
+        self.running = 0
+        """Handlers running now, at most ``slots`` (the producer sets it before it asks for the
+        buffer): over ``handler_time``, the least rate the buffer follows."""
         self._at = time.monotonic()
         self._finished = 0
         self._busy = 0.0
@@ -210,6 +220,8 @@ class Prefetch:
             return 0
         rate = self.rate
         if self.handler_time > 0.0:
+            if not self.keyed:
+                rate = max(rate, self.running / self.handler_time)
             rate = min(rate, self.slots / self.handler_time)
         by_rate = int(rate * self.round_trip * self.MARGIN)
         cap = self.keyed_cap if self.keyed else self.cap

@@ -117,6 +117,7 @@ class Producer:
         self.prefetch.finished(self.claims.finished_total, now, self.claims.busy_total)
         if not self.claims.active:
             self.prefetch.idle(now, self.claims.last_ended - self.claims.first_begun)
+        self.prefetch.running = min(self.claims.active, cfg.concurrency)
         free = min(cfg.concurrency + self.prefetch.target(now) - self.claims.active, cfg.claim_batch,
                    self.prefetch.most(now))
         if self._slots is None:

@@ -214,6 +214,30 @@ def test_the_handlers_pace_caps_only_a_rate_beyond_it() -> None:
     assert slow.target() == int(1000 * 0.05 * Prefetch.MARGIN)
 
 
+def test_while_handlers_run_the_buffer_follows_their_pace_before_the_rate_catches_up() -> None:
+    # 1,000 slots of 10-ms jobs, every slot busy, the first hundred just finished: the
+    # finishing count reads under 4,000 a second; the handlers running finish 100,000.
+    def first_wave(running: int, keyed: bool = False) -> int:
+        pace = Prefetch(cap=3000, slots=1000)
+        pace.keyed = keyed
+        pace.claimed(0.005)
+        pace.finished(100, pace._at + 0.011, busy=1.0)
+        pace.running = running
+        return pace.target(pace._at)
+
+    assert first_wave(0) < 100  # the rate alone: a refill of the slots that freed, no more
+    assert 1990 <= first_wave(1000) <= int(100_000 * 0.005 * Prefetch.MARGIN)  # a round trip's worth, x4
+    assert first_wave(10) == first_wave(0)  # ten handlers' pace is below the rate: it stands
+    # Under a per-key limit the buffer grows by claims that fill, not by the handlers' pace.
+    assert first_wave(1000, keyed=True) == first_wave(0, keyed=True)
+    # Long jobs still buffer nothing: ten 1-s handlers running against a 5-ms claim.
+    slow = Prefetch(cap=1000, slots=10)
+    slow.claimed(0.005)
+    slow.finished(10, slow._at + 1.0, busy=10.0)
+    slow.running = 10
+    assert slow.target(slow._at) == 0
+
+
 def test_under_a_per_key_limit_the_buffer_stays_small() -> None:
     # No-op jobs at 50,000/s and a slow round trip: a 1,000-job buffer, unless a queue the worker
     # claims has a per-key concurrency limit, where each buffered job holds its key's slot.
