@@ -101,16 +101,21 @@ async def test_a_keyed_claim_takes_no_more_than_it_asks_for(q: aioqueue.Queue, d
     assert await db.fetchval("SELECT count(*) FROM aioqueue.jobs WHERE status = 'running'") == 10
 
 
-async def two_jobs_of_a_and_z_keys(q: aioqueue.Queue) -> None:
-    """Queue "tenants" under a per-key limit of 1, two jobs each of keys a-01..a-09, z-01..z-09."""
+async def jobs_of_keys_at_limit_one(q: aioqueue.Queue, keys: list[str], each: int) -> None:
+    """Queue "tenants" under a per-key limit of 1, ``each`` no-op jobs of each of ``keys``."""
 
     @q.task(queue="tenants")
     async def work() -> None:
         pass
 
     await q.set_key_limits("tenants", concurrency=1)
-    for key in [f"{p}-{i:02d}" for p in ("a", "z") for i in range(1, 10)]:
-        await work.options(partition_key=key).enqueue_many([{}] * 2)
+    for key in keys:
+        await work.options(partition_key=key).enqueue_many([{}] * each)
+
+
+async def two_jobs_of_a_and_z_keys(q: aioqueue.Queue) -> None:
+    """Queue "tenants" under a per-key limit of 1, two jobs each of keys a-01..a-09, z-01..z-09."""
+    await jobs_of_keys_at_limit_one(q, [f"{p}-{i:02d}" for p in ("a", "z") for i in range(1, 10)], 2)
 
 
 async def test_a_claim_beside_another_starts_away_from_the_keys_it_holds(
@@ -222,13 +227,7 @@ async def test_a_claim_at_a_limit_of_one_checks_the_jobs_it_found_in_its_update(
     claim's fixed cost. 0031 counted the keys' running jobs again and took their jobs in two
     statements more per pass, and counted the keys served in two more."""
 
-    @q.task(queue="tenants")
-    async def work() -> None:
-        pass
-
-    await q.set_key_limits("tenants", concurrency=1)
-    for key in ("a", "b", "c", "d"):
-        await work.options(partition_key=key).enqueue_many([{}] * 2)
+    await jobs_of_keys_at_limit_one(q, ["a", "b", "c", "d"], 2)
     await db.execute("UPDATE aioqueue.jobs SET status = 'running' WHERE id = "
                      "(SELECT min(id) FROM aioqueue.jobs WHERE partition_key = 'b')")
     ran = await explain_nested(db, CLAIM, 3)
@@ -249,14 +248,8 @@ async def test_a_claim_at_a_limit_of_one_marks_the_jobs_where_its_walk_found_the
     the address the walk read it at (a TID scan) and locks none first: no descent of the
     primary key and no row lock (a WAL record) a job, as until 0048."""
 
-    @q.task(queue="tenants")
-    async def work() -> None:
-        pass
-
-    await q.set_key_limits("tenants", concurrency=1)
     # Enough rows, and their statistics, that a scan of the table is not the cheaper plan.
-    for key in ("a", "b", "c"):
-        await work.options(partition_key=key).enqueue_many([{}] * 500)
+    await jobs_of_keys_at_limit_one(q, ["a", "b", "c"], 500)
     await db.execute("ANALYZE aioqueue.jobs")
     ran = await explain_nested(db, CLAIM, 3)
     takes = [p for p in ran if str(p.get("Query Text", "")).lstrip().startswith("WITH t AS")
@@ -281,13 +274,7 @@ async def test_a_claim_at_a_limit_of_one_passes_over_a_job_another_transaction_h
     first and passes over the held one. It takes a's and c's jobs at once, b's stays pending and
     is taken once the row is free, and no key ever runs two."""
 
-    @q.task(queue="tenants")
-    async def work() -> None:
-        pass
-
-    await q.set_key_limits("tenants", concurrency=1)
-    for key in ("a", "b", "c"):
-        await work.options(partition_key=key).enqueue_many([{}] * 2)
+    await jobs_of_keys_at_limit_one(q, ["a", "b", "c"], 2)
     held = await db.fetchval("SELECT min(id) FROM aioqueue.jobs WHERE partition_key = 'b'")
     holder = await asyncpg.connect(dsn)
     try:
@@ -585,13 +572,7 @@ async def test_a_keyed_claim_reads_the_jobs_table_by_index_before_its_first_anal
     the found jobs by a scan of the table and checked them by a filtered read of the ready index,
     on a table of a few rows that had not been analysed)."""
 
-    @q.task(queue="tenants")
-    async def work() -> None:
-        pass
-
-    await q.set_key_limits("tenants", concurrency=1)
-    for key in ("a", "b", "c"):
-        await work.options(partition_key=key).enqueue_many([{}] * 2)
+    await jobs_of_keys_at_limit_one(q, ["a", "b", "c"], 2)
     assert await db.fetchval(
         "SELECT reltuples < 0 FROM pg_class WHERE oid = 'aioqueue.jobs'::regclass"), "analysed"
     ran = await explain_nested(db, CLAIM, 3)
